@@ -1,0 +1,66 @@
+# kvbench: every target bootstraps its own environment; only python3 and make are needed.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+UVBOOT    := .uv-bootstrap
+UV        := $(shell command -v uv 2>/dev/null || echo $(UVBOOT)/bin/uv)
+KVBENCH   := $(VENV)/bin/kvbench
+STAMP     := $(VENV)/.installed
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help env demo test test-unit test-integration test-e2e lint fmt up down status bench clean
+
+help: ## Show this help
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(UV):
+	@echo "uv not found: installing it with pip into $(UVBOOT)"
+	@python3 -m venv $(UVBOOT) && $(UVBOOT)/bin/pip install -q uv
+
+$(STAMP): $(UV) pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+	@$(UV) sync --locked --all-packages --group dev --quiet
+	@touch $(STAMP)
+
+env: $(STAMP) ## Create the virtual environment and install the workspace
+
+demo: env ## Run the demo: embedded NATS + PostgreSQL, every service, a simulated cluster, one plan
+	@$(KVBENCH) demo
+
+test: env ## Run the whole test suite (starts its own NATS and PostgreSQL)
+	@$(PY) -m pytest -q
+
+test-unit: env ## Unit tests only (no servers)
+	@$(PY) -m pytest -q -m "not integration and not e2e"
+
+test-integration: env ## Integration tests (real NATS and PostgreSQL)
+	@$(PY) -m pytest -q -m integration
+
+test-e2e: env ## End-to-end tests through every service
+	@$(PY) -m pytest -q -m e2e
+
+lint: env ## ruff (lint + format check) and mypy --strict
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/mypy libs/*/src services/*/src
+
+fmt: env ## Format and auto-fix
+	@$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .
+
+up: env ## Start embedded servers, every service and a simulated cluster in the background
+	@$(KVBENCH) up
+
+down: env ## Stop exactly what `make up` started
+	@$(KVBENCH) down
+
+status: env ## Show what `make up` started and whether it is healthy
+	@$(KVBENCH) status
+
+bench: env ## Run the benchmarks in benchmarks/ (they print their figures)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean: ## Remove the environment and local state
+	rm -rf $(VENV) $(UVBOOT) .kvbench demo-output .pytest_cache .mypy_cache .ruff_cache

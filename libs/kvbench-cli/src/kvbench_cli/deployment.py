@@ -1,0 +1,178 @@
+"""A whole kvbench on this machine: embedded NATS and PostgreSQL, every service, a simulated cluster.
+
+``up`` records every pid it started in a state file; ``down`` stops exactly those, services first
+(agents stop their engines), then NATS, then PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres, free_port, pid_alive, stop_pid
+from kvbench_core.procs import spawn
+
+__all__ = ["DeploymentState", "LocalDeployment", "StartupError"]
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+@dataclass
+class ServiceRecord:
+    name: str
+    pid: int
+    log: str
+    health_url: str | None = None
+
+
+@dataclass
+class DeploymentState:
+    state_dir: str
+    nats_url: str
+    database_url: str
+    api_url: str
+    report_url: str
+    nats_pid: int | None = None
+    pg_dir: str | None = None
+    services: list[ServiceRecord] = field(default_factory=list)
+    sim_machines: int = 0
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> DeploymentState:
+        data = json.loads(path.read_text())
+        data["services"] = [ServiceRecord(**s) for s in data.get("services", [])]
+        return cls(**data)
+
+
+class LocalDeployment:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.state_path = state_dir / "state.json"
+
+    def load(self) -> DeploymentState | None:
+        if not self.state_path.exists():
+            return None
+        return DeploymentState.load(self.state_path)
+
+    def up(
+        self,
+        sim_machines: int = 2,
+        nats_url: str | None = None,
+        database_url: str | None = None,
+        tie_to_parent: bool = False,
+        say: object = None,
+    ) -> DeploymentState:
+        if self.load() is not None:
+            raise StartupError(f"kvbench is already up (state in {self.state_path}); run `kvbench down` first")
+        log_dir = self.state_dir / "logs"
+        state = DeploymentState(state_dir=str(self.state_dir), nats_url=nats_url or "", database_url=database_url or "",
+                                api_url="", report_url="", sim_machines=sim_machines)
+        try:
+            if not nats_url:
+                nats = EmbeddedNats(self.state_dir / "nats").start()
+                state.nats_url, state.nats_pid = nats.url, nats.pid
+                state.save(self.state_path)
+            if not database_url:
+                pg = EmbeddedPostgres.in_temp_dir()
+                state.pg_dir = str(pg.base_dir)
+                state.save(self.state_path)
+                pg.start()
+                state.database_url = pg.dsn
+            planner_port, reporter_port = free_port(), free_port()
+            state.api_url = f"http://127.0.0.1:{planner_port}"
+            state.report_url = f"http://127.0.0.1:{reporter_port}"
+            env = {
+                **os.environ,
+                "KVBENCH_NATS_URL": state.nats_url,
+                "KVBENCH_DATABASE_URL": state.database_url,
+                "KVBENCH_LOG_JSON": "true",
+                "KVBENCH_PLANNER_PORT": str(planner_port),
+                "KVBENCH_REPORTER_PORT": str(reporter_port),
+            }
+            env.pop("KVBENCH_PLANNER_API_TOKEN", None)  # the embedded stack runs without auth, and says so
+
+            def start(name: str, module: str, health: str | None, extra: dict[str, str] | None = None) -> None:
+                log = log_dir / f"{name}.log"
+                proc = spawn([sys.executable, "-m", module], log, {**env, **(extra or {})},
+                             tie_to_parent=tie_to_parent)
+                state.services.append(ServiceRecord(name, proc.pid, str(log), health))
+                state.save(self.state_path)
+
+            start("reporter", "kvbench_reporter", f"{state.report_url}/healthz")
+            start("planner", "kvbench_planner", f"{state.api_url}/healthz")
+            start("loadgen", "kvbench_loadgen", None, {"KVBENCH_LOADGEN_SHARD_ID": "loadgen-0"})
+            start("switch-poller", "kvbench_switch_poller", None)
+            for i in range(sim_machines):
+                start(f"node-agent-sim-{i}", "kvbench_node_agent", None, {
+                    "KVBENCH_NODE_AGENT_NODE_ID": f"sim-{i}",
+                    "KVBENCH_NODE_AGENT_SIMULATED": "true",
+                    "KVBENCH_NODE_AGENT_GROUP": "sim",
+                    "KVBENCH_NODE_AGENT_STATE_DIR": str(self.state_dir / "node-agent"),
+                })
+            self._wait_ready(state)
+        except BaseException:
+            self.down()
+            raise
+        return state
+
+    def _wait_ready(self, state: DeploymentState, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            for service in state.services:
+                while True:
+                    if not pid_alive(service.pid):
+                        tail = Path(service.log).read_text(errors="replace")[-2000:]
+                        raise StartupError(f"{service.name} exited during start-up; its log ends with:\n{tail}")
+                    if service.health_url is None:
+                        break
+                    with contextlib.suppress(httpx.HTTPError):
+                        if client.get(service.health_url).status_code == 200:
+                            break
+                    if time.monotonic() > deadline:
+                        raise StartupError(f"{service.name} did not answer {service.health_url} in {timeout_s:.0f} s")
+                    time.sleep(0.1)
+            while state.sim_machines:
+                with contextlib.suppress(httpx.HTTPError):
+                    nodes = client.get(f"{state.api_url}/v1/nodes").json()
+                    if len(nodes) >= state.sim_machines:
+                        return
+                if time.monotonic() > deadline:
+                    raise StartupError("the simulated machines' agents did not register in time; see "
+                                       f"{state.state_dir}/logs/node-agent-*.log")
+                time.sleep(0.1)
+
+    def down(self) -> list[str]:
+        """Stop exactly what ``up`` started; returns what was stopped."""
+        state = self.load()
+        if state is None:
+            return []
+        stopped: list[str] = []
+        agents_first = sorted(state.services, key=lambda s: (not s.name.startswith("node-agent"), s.name == "reporter"))
+        for service in agents_first:
+            if pid_alive(service.pid):
+                stop_pid(service.pid, timeout_s=15, group=True)
+                stopped.append(service.name)
+        if state.nats_pid and pid_alive(state.nats_pid):
+            stop_pid(state.nats_pid, timeout_s=15)
+            stopped.append("nats")
+        if state.pg_dir:
+            pg = EmbeddedPostgres(Path(state.pg_dir))
+            pg.stop(remove=True)
+            stopped.append("postgresql")
+        self.state_path.unlink(missing_ok=True)
+        return stopped

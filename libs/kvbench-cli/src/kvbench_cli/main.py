@@ -1,0 +1,307 @@
+"""The ``kvbench`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvbench_cli.api import ApiError, Endpoints, fetch_report, resolve_endpoints
+from kvbench_cli.deployment import LocalDeployment, StartupError
+from kvbench_core.embedded import pid_alive
+
+__all__ = ["main"]
+
+# logs and CI are not terminals: give tables room instead of rich's 80-column default
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def _interrupt_on_sigterm() -> None:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+# -- output -------------------------------------------------------------------------------------
+def _ms(stats: dict[str, Any] | None, key: str) -> str:
+    value = (stats or {}).get(key)
+    return "–" if value is None else f"{value:,.1f}"
+
+
+def print_comparison(report: dict[str, Any]) -> None:
+    table = Table(title=f"kvbench {report['plan_name']} · run {report['run_id']} · {report['status']}")
+    for column in ("workload", "stack", "verdict", "requests", "measured", "TTFT p50 ms", "TTFT p90 ms",
+                   "TTFT p99 ms", "TPOT p50 ms", "output tok/s", "cached prompt tokens"):
+        table.add_column(column, justify="left" if column in ("workload", "stack", "verdict") else "right")
+    for w in report["workloads"]:
+        ratio = w.get("cache_hit_ratio")
+        table.add_row(
+            w["name"], w["stack"], w["validity"]["verdict"], f"{w['requests']:,}", f"{w['requests_measured']:,}",
+            _ms(w["ttft_ms"], "p50"), _ms(w["ttft_ms"], "p90"), _ms(w["ttft_ms"], "p99"), _ms(w["tpot_ms"], "p50"),
+            f"{w['output_tokens_per_s']:,.1f}",
+            f"{w['cached_prompt_tokens']:,}" + (f" ({ratio:.0%})" if ratio is not None else ""),
+        )
+    console.print(table)
+    for w in report["workloads"]:
+        for reason in w["validity"]["reasons"]:
+            console.print(f"  [dim]{w['name']}: {reason}[/dim]")
+
+
+def print_refusal(body: dict[str, Any]) -> None:
+    for entry in body.get("errors", []):
+        where = ".".join(p for p in (entry.get("workload"), entry.get("field")) if p)
+        text = "[{}] {}: {}".format(entry["code"], where, entry["message"])
+        err_console.print("[red]refused[/red] " + escape(text))
+        if entry.get("fix"):
+            err_console.print(f"         fix: {escape(entry['fix'])}")
+    for entry in body.get("warnings", []):
+        where = ".".join(p for p in (entry.get("workload"), entry.get("field")) if p)
+        text = "[{}] {}: {}".format(entry["code"], where, entry["message"])
+        err_console.print("[yellow]warning[/yellow] " + escape(text))
+
+
+# -- commands -----------------------------------------------------------------------------------
+def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[str, dict[str, Any] | None]:
+    with httpx.Client(timeout=30.0) as client:
+        response = client.post(f"{endpoints.api_url}/v1/runs", content=plan_text.encode(),
+                               headers={"Content-Type": "application/yaml", **endpoints.headers()})
+        if response.status_code == 422:
+            body = response.json()
+            if "errors" not in body:  # a framework-level 422, not a plan review
+                raise ApiError(f"submit: HTTP 422: {response.text[:500]}", 422)
+            print_refusal(body)
+            raise SystemExit(2)
+        if response.status_code != 201:
+            raise ApiError(f"submit: HTTP {response.status_code}: {response.text[:300]}", response.status_code)
+        created = response.json()
+        run_id: str = created["run_id"]
+        print_refusal({"warnings": created.get("warnings", [])})
+        console.print(f"run [bold]{run_id}[/bold] submitted: {created['jobs']} job(s)")
+        if not wait:
+            return run_id, None
+        status: dict[str, Any] = {}
+        with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            task = progress.add_task("starting", total=1.0)
+            while True:
+                status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}").json()
+                running = [j for j in status["jobs"] if j["status"] == "running"]
+                label = (f"{status['status']} · {running[0]['workload']} (load {running[0]['load_level']:g}, "
+                         f"repeat {running[0]['repeat'] + 1}) · {running[0]['requests']} requests"
+                         if running else status["status"])
+                progress.update(task, completed=status["progress"], description=label)
+                if status["status"] in TERMINAL:
+                    break
+                time.sleep(1.0)
+        for reason in status.get("reasons", []):
+            err_console.print(f"[red]{escape(str(reason.get('code')))}[/red]: "
+                              f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}")
+        return run_id, status
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    deployment = LocalDeployment(Path(args.state_dir))
+    with console.status("starting NATS, PostgreSQL, the services and a simulated cluster"):
+        state = deployment.up(sim_machines=args.sim_machines, nats_url=args.nats_url, database_url=args.database_url)
+    console.print(f"kvbench is up ({args.sim_machines} simulated machines)")
+    console.print(f"  API      {state.api_url}   (OpenAPI: {state.api_url}/openapi.json)")
+    console.print(f"  reports  {state.report_url}/v1/runs/<run_id>/report.html")
+    console.print(f"  logs     {args.state_dir}/logs/   stop with: kvbench down")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stopped = LocalDeployment(Path(args.state_dir)).down()
+    console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = LocalDeployment(Path(args.state_dir)).load()
+    if state is None:
+        console.print("kvbench is not up (no state in %s)" % args.state_dir)
+        return 1
+    table = Table(title="kvbench status")
+    for column in ("service", "pid", "process", "health"):
+        table.add_column(column)
+    healthy = True
+    with httpx.Client(timeout=2.0) as client:
+        rows = [("nats", state.nats_pid, None)] + [(s.name, s.pid, s.health_url) for s in state.services]
+        for name, pid, url in rows:
+            alive = bool(pid) and pid_alive(int(pid or 0))
+            health = "–"
+            if url:
+                try:
+                    health = "ok" if client.get(url).status_code == 200 else "failing"
+                except httpx.HTTPError:
+                    health = "unreachable"
+            healthy &= alive and health in ("ok", "–")
+            table.add_row(name, str(pid or "external"), "running" if alive else "[red]stopped[/red]", health)
+        nodes = client.get(f"{state.api_url}/v1/nodes").json() if healthy else []
+    console.print(table)
+    console.print(f"nodes registered: {len(nodes)}; API {state.api_url}; reports {state.report_url}")
+    return 0 if healthy else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    endpoints = resolve_endpoints(Path(args.state_dir), args.api, args.report_api)
+    plan_text = Path(args.plan).read_text()
+    run_id, status = submit_and_wait(endpoints, plan_text, args.wait)
+    if status is None:
+        return 0
+    report = fetch_report(endpoints, run_id)
+    print_comparison(report)
+    console.print(f"report: {endpoints.report_url}/v1/runs/{run_id}/report.html")
+    return 0 if status["status"] == "succeeded" else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    endpoints = resolve_endpoints(Path(args.state_dir), args.api, args.report_api)
+    if args.html:
+        Path(args.html).write_text(fetch_report(endpoints, args.run_id, html=True, wait_s=0))
+        console.print(f"wrote {args.html}")
+        return 0
+    report = fetch_report(endpoints, args.run_id, wait_s=0)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        print_comparison(report)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    _interrupt_on_sigterm()
+    out = Path(args.output)
+    deployment = LocalDeployment(Path(args.state_dir) / "demo")
+    if deployment.load() is not None:  # a demo killed before it could clean up
+        deployment.down()
+    plan_text = resources.files("kvbench_cli").joinpath("plans", "demo.yaml").read_text()
+    started = time.monotonic()
+    try:
+        with console.status("starting embedded NATS, PostgreSQL, every service and 2 simulated L40S machines"):
+            state = deployment.up(sim_machines=2, tie_to_parent=True)
+        console.print(f"kvbench is up in {time.monotonic() - started:.1f} s · API {state.api_url}")
+        endpoints = Endpoints(state.api_url, state.report_url, None)
+        run_id, status = submit_and_wait(endpoints, plan_text, wait=True)
+        report = fetch_report(endpoints, run_id)
+        html = fetch_report(endpoints, run_id, html=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+        (out / "report.html").write_text(html)
+        print_comparison(report)
+        console.print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+        return 0 if status and status["status"] == "succeeded" else 1
+    except KeyboardInterrupt:
+        err_console.print("interrupted: stopping everything the demo started")
+        return 130
+    finally:
+        stopped = deployment.down()
+        console.print(f"stopped {len(stopped)} processes · demo took {time.monotonic() - started:.0f} s")
+
+
+def cmd_plan_validate(args: argparse.Namespace) -> int:
+    from kvbench_planner.validation import review_text  # noqa: PLC0415 (offline review needs no server)
+
+    review = review_text(Path(args.plan).read_bytes())
+    if args.json:
+        sys.stdout.write(json.dumps(review.as_dict(), indent=2) + "\n")
+    else:
+        print_refusal(review.as_dict())
+        if review.valid:
+            console.print(f"[green]valid[/green]: {review.jobs} job(s)")
+    return 0 if review.valid else 2
+
+
+def cmd_plan_schema(_: argparse.Namespace) -> int:
+    from kvbench_contracts.plan import Plan  # noqa: PLC0415
+
+    sys.stdout.write(json.dumps(Plan.model_json_schema(), indent=2) + "\n")
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from kvbench_planner.catalog import CATALOG  # noqa: PLC0415
+
+    if args.json:
+        sys.stdout.write(json.dumps([asdict(s) for s in CATALOG.values()], indent=2) + "\n")
+        return 0
+    table = Table(title="kvbench stack catalog")
+    for column in ("id", "engine", "strategy", "tiers", "what to set", "vendors", "simulated"):
+        table.add_column(column)
+    for s in CATALOG.values():
+        table.add_row(s.id, s.engine, s.strategy, ", ".join(s.tiers), ", ".join(s.needs) or "-",
+                      ", ".join(s.vendors), "yes" if s.simulated else "")
+    console.print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvbench", description="Benchmark distributed KV-cache strategies")
+    parser.add_argument("--state-dir", default=".kvbench", help="where `up` keeps its pids, logs and data")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start embedded servers, every service and a simulated cluster")
+    up.add_argument("--sim-machines", type=int, default=2)
+    up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
+    up.add_argument("--database-url", default=None, help="use this PostgreSQL instead of starting one")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop exactly what `up` started").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="what `up` started, and whether it is healthy").set_defaults(func=cmd_status)
+
+    for name, func, text in (("run", cmd_run, "submit a plan"), ("report", cmd_report, "show a run's report")):
+        p = sub.add_parser(name, help=text)
+        if name == "run":
+            p.add_argument("plan")
+            p.add_argument("--wait", action="store_true", help="follow the run and print its summary")
+        else:
+            p.add_argument("run_id")
+            p.add_argument("--json", action="store_true")
+            p.add_argument("--html", metavar="FILE", help="write the HTML report to FILE")
+        p.add_argument("--api", default=None, help="planner URL (default: from `up`, or KVBENCH_API_URL)")
+        p.add_argument("--report-api", default=None, help="reporter URL (default: from `up`, or KVBENCH_REPORT_URL)")
+        p.set_defaults(func=func)
+
+    demo = sub.add_parser("demo", help="up, run the demo plan, write the report, down")
+    demo.add_argument("--output", default="demo-output")
+    demo.set_defaults(func=cmd_demo)
+
+    plan = sub.add_parser("plan", help="plan tools").add_subparsers(dest="plan_command", required=True)
+    validate = plan.add_parser("validate", help="review a plan offline")
+    validate.add_argument("plan")
+    validate.add_argument("--json", action="store_true")
+    validate.set_defaults(func=cmd_plan_validate)
+    plan.add_parser("schema", help="print the plan's JSON Schema").set_defaults(func=cmd_plan_schema)
+
+    catalog = sub.add_parser("catalog", help="list the stack catalog")
+    catalog.add_argument("--json", action="store_true")
+    catalog.set_defaults(func=cmd_catalog)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except (ApiError, StartupError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    raise SystemExit(code)

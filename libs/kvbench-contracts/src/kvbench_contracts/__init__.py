@@ -1,0 +1,74 @@
+"""kvbench contracts: plain frozen pydantic models for the bus, the plan and records."""
+
+from kvbench_contracts.commands import RunLoad, StartStack, StopStack
+from kvbench_contracts.envelope import Envelope, new_id, utc_now
+from kvbench_contracts.events import (
+    EngineEndpoint,
+    EngineSampled,
+    JobFailed,
+    JobFinished,
+    JobProgressed,
+    JobStarted,
+    NodeInventory,
+    NodeRegistered,
+    RecordsBatch,
+    RunFinished,
+    RunStarted,
+    RunSubmitted,
+    StackFailed,
+    StackReady,
+    StackStopped,
+)
+from kvbench_contracts.plan import Plan, Workload
+from kvbench_contracts.records import RequestRecord
+from kvbench_contracts.streams import BUCKETS, STREAMS, stream_for_subject
+
+ALL_MESSAGES: tuple[type[Envelope], ...] = (
+    NodeRegistered,
+    StackReady,
+    StackFailed,
+    StackStopped,
+    RunSubmitted,
+    RunStarted,
+    RunFinished,
+    JobStarted,
+    JobProgressed,
+    JobFinished,
+    JobFailed,
+    RecordsBatch,
+    EngineSampled,
+    StartStack,
+    StopStack,
+    RunLoad,
+)
+
+__all__ = [
+    "ALL_MESSAGES",
+    "BUCKETS",
+    "STREAMS",
+    "EngineEndpoint",
+    "EngineSampled",
+    "Envelope",
+    "JobFailed",
+    "JobFinished",
+    "JobProgressed",
+    "JobStarted",
+    "NodeInventory",
+    "NodeRegistered",
+    "Plan",
+    "RecordsBatch",
+    "RequestRecord",
+    "RunFinished",
+    "RunLoad",
+    "RunStarted",
+    "RunSubmitted",
+    "StackFailed",
+    "StackReady",
+    "StackStopped",
+    "StartStack",
+    "StopStack",
+    "Workload",
+    "new_id",
+    "stream_for_subject",
+    "utc_now",
+]

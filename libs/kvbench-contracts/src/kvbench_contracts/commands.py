@@ -1,0 +1,51 @@
+"""Commands (imperative) sent to services under kvbench.cmd."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.events import EngineEndpoint
+
+__all__ = ["RunLoad", "StartStack", "StopStack"]
+
+
+class StartStack(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.cmd.node.start_stack/1"
+    SUBJECT: ClassVar[str] = "kvbench.cmd.node.{node_id}.start_stack"
+    node_id: str
+    run_id: str
+    deployment_id: str = Field(description="Id of this stand-up of a workload's stack on this node")
+    workload: str
+    stack: str
+    launcher: str = Field("sim", description="sim | process | docker")
+    model: str
+    engine: dict[str, Any] = Field(default_factory=dict)
+    sizing: dict[str, Any] = Field(default_factory=dict)
+    sim: dict[str, Any] | None = Field(None, description="Simulated cluster description, for the sim launcher")
+
+
+class StopStack(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.cmd.node.stop_stack/1"
+    SUBJECT: ClassVar[str] = "kvbench.cmd.node.{node_id}.stop_stack"
+    node_id: str
+    run_id: str
+    deployment_id: str
+
+
+class RunLoad(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.cmd.loadgen.run/1"
+    SUBJECT: ClassVar[str] = "kvbench.cmd.loadgen.run"
+    run_id: str
+    job_id: str
+    workload: str
+    model: str
+    endpoints: list[EngineEndpoint]
+    traffic: dict[str, Any] = Field(description="The workload's traffic section")
+    load_level: float = Field(description="Users (closed loop) or requests/s")
+    duration_s: float
+    warmup_s: float
+    routing: str = "round_robin"
+    seed: int = 0

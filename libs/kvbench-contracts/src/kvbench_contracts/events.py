@@ -1,0 +1,175 @@
+"""Facts (past tense) published by services. Subjects derive from each model's SUBJECT template."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.records import RequestRecord
+
+__all__ = [
+    "EngineEndpoint",
+    "EngineSampled",
+    "JobFailed",
+    "JobFinished",
+    "JobProgressed",
+    "JobStarted",
+    "NodeInventory",
+    "NodeRegistered",
+    "RecordsBatch",
+    "RunFinished",
+    "RunStarted",
+    "RunSubmitted",
+    "StackFailed",
+    "StackReady",
+    "StackStopped",
+]
+
+RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+
+
+class NodeInventory(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    node_id: str = Field(description="Machine id (stable per machine)")
+    hostname: str = Field(description="Host name the agent runs on")
+    simulated: bool = Field(description="True for a machine of a simulated cluster")
+    vendor: str | None = Field(None, description="GPU vendor: nvidia, amd or null when no GPU")
+    gpu_model: str | None = Field(None, description="GPU model, e.g. L40S")
+    gpus: int = Field(0, description="GPU count")
+    gpu_memory_gb: float = Field(0, description="Memory per GPU, GB")
+    ram_gb: float = Field(0, description="Host RAM, GB")
+    cpus: int = Field(0, description="CPU cores")
+    group: str | None = Field(None, description="Cluster group the machine was registered into")
+
+
+class NodeRegistered(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.node.registered/1"
+    SUBJECT: ClassVar[str] = "kvbench.node.{node_id}.registered"
+    node_id: str
+    inventory: NodeInventory
+
+
+class EngineEndpoint(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    node_id: str = Field(description="Machine that runs the engine")
+    engine_id: str = Field(description="Unique engine id within the deployment")
+    role: Literal["both", "prefill", "decode", "router"] = Field("both", description="P/D role")
+    base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8100")
+    metrics_url: str = Field(description="Prometheus /metrics URL")
+
+
+class StackReady(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.stack.ready/1"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.ready"
+    deployment_id: str
+    run_id: str
+    node_id: str
+    endpoints: list[EngineEndpoint]
+    facts: dict[str, Any] = Field(default_factory=dict, description="e.g. attention block size read from logs")
+
+
+class StackFailed(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.stack.failed/1"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.failed"
+    deployment_id: str
+    run_id: str
+    node_id: str
+    reason: str
+
+
+class StackStopped(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.stack.stopped/1"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.stopped"
+    deployment_id: str
+    run_id: str
+    node_id: str
+
+
+class RunSubmitted(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.run.submitted/1"
+    SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.submitted"
+    run_id: str
+    plan_name: str
+    plan: dict[str, Any] = Field(description="The plan as submitted (after defaults were merged)")
+    jobs: list[dict[str, Any]] = Field(description="Expanded jobs: job_id, workload, stack, load_level, repeat")
+
+
+class RunStarted(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.run.started/1"
+    SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.started"
+    run_id: str
+
+
+class RunFinished(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.run.finished/1"
+    SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.finished"
+    run_id: str
+    status: RunStatus
+    reasons: list[dict[str, str]] = Field(default_factory=list, description="{code, message, fix} when not succeeded")
+
+
+class JobStarted(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.job.started/1"
+    SUBJECT: ClassVar[str] = "kvbench.job.{job_id}.started"
+    job_id: str
+    run_id: str
+    workload: str
+    shard: str
+
+
+class JobProgressed(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.job.progressed/1"
+    SUBJECT: ClassVar[str] = "kvbench.job.{job_id}.progressed"
+    job_id: str
+    run_id: str
+    elapsed_s: float
+    duration_s: float
+    requests_done: int
+    errors: int
+
+
+class JobFinished(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.job.finished/1"
+    SUBJECT: ClassVar[str] = "kvbench.job.{job_id}.finished"
+    job_id: str
+    run_id: str
+    workload: str
+    shard: str
+    records: int = Field(description="Records this shard published for the job")
+    load_duration_s: float = Field(description="Load end, seconds after load start")
+    warmup_s: float
+    offered_load: float = Field(description="Users (closed loop) or requests/s asked for")
+    tokenizer: str = Field(description="How prompt token counts were produced")
+
+
+class JobFailed(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.job.failed/1"
+    SUBJECT: ClassVar[str] = "kvbench.job.{job_id}.failed"
+    job_id: str
+    run_id: str
+    reason: str
+
+
+class RecordsBatch(Envelope):
+    SCHEMA: ClassVar[str] = "kvbench.records.batch/1"
+    SUBJECT: ClassVar[str] = "kvbench.records.{run_id}.{job_id}"
+    run_id: str
+    job_id: str
+    shard: str
+    records: list[RequestRecord]
+
+
+class EngineSampled(Envelope):
+    """Raw counter values of one engine's /metrics at one instant (the reporter differences them)."""
+
+    SCHEMA: ClassVar[str] = "kvbench.engine.sampled/1"
+    SUBJECT: ClassVar[str] = "kvbench.engine.{node_id}.sampled"
+    node_id: str
+    run_id: str
+    engine_id: str
+    job_id: str | None = None
+    values: dict[str, float] = Field(description="Series name (with labels) -> value")

@@ -1,0 +1,222 @@
+"""The plan, version 1 (PLAN.md). Users write these files, so names are a public interface.
+
+Every plan model forbids unknown keys: a misspelled key must fail loudly, never be dropped and run
+half-configured. ``defaults`` is deep-merged under each workload before the workload is validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "Arrivals",
+    "ClusterRef",
+    "DocumentsSpec",
+    "EngineSpec",
+    "Measurement",
+    "NetworkSpec",
+    "Plan",
+    "SimCluster",
+    "Sizing",
+    "Slo",
+    "SyntheticSpec",
+    "TraceSpec",
+    "Traffic",
+    "Workload",
+    "deep_merge",
+]
+
+EngineName = Literal["vllm", "sglang", "trtllm"]
+KvTier = Literal["gpu", "cpu_ram", "nvme"]
+Strategy = Literal["own_cache", "spill", "shared_pool", "split", "split_offload"]
+Orchestrator = Literal["bare_metal", "dynamo", "llm-d", "production-stack"]
+Shape = Literal[
+    "agentic_replay", "synthetic_sessions", "shared_prompt", "per_user_history", "trace_replay", "document_reuse"
+]
+Routing = Literal["round_robin", "session_affinity", "prefix_aware", "pd_aware"]
+CacheState = Literal["empty", "warm"]
+
+AGENTIC_DEFAULT_LOAD_DURATION_S = 1200
+
+
+class StrictModel(BaseModel):
+    """Plan models refuse unknown keys (a typo must fail) and are immutable once parsed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSpec(StrictModel):
+    name: EngineName = Field("vllm", description="Serving engine: vllm, sglang or trtllm (NVIDIA only)")
+    version: str | None = Field(None, description="Engine version or container image; null = the validated default")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per engine (tensor parallel size)")
+    args: dict[str, Any] = Field(default_factory=dict, description="Extra engine arguments, passed through verbatim")
+
+
+class SimCluster(StrictModel):
+    machines: int = Field(2, ge=1, le=64, description="Number of simulated machines")
+    gpu: str = Field("L40S", description="GPU model of every machine (L40S, H100, H200, MI300X, GB10)")
+    gpus_per_machine: int = Field(1, ge=1, le=16, description="GPUs on each simulated machine")
+    host_memory_gb: float = Field(256, gt=0, description="RAM of each simulated machine, GB")
+    nic_gbps: float = Field(200, gt=0, description="Network card speed of each machine, Gb/s")
+    rdma: bool = Field(True, description="Whether the machines have active RDMA cards")
+    disk_gbps: float = Field(6, gt=0, description="Local disk bandwidth, GB/s")
+    speed: float = Field(1.0, gt=0, le=1000, description="Simulated engines run this many times faster than real time")
+
+
+class ClusterRef(StrictModel):
+    group: str | None = Field(None, description="Name of a registered cluster group")
+    sim: SimCluster | None = Field(None, description="A simulated cluster description (runs anywhere)")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ClusterRef:
+        if (self.group is None) == (self.sim is None):
+            raise ValueError("cluster needs exactly one of 'group' (a registered cluster group) or 'sim'")
+        return self
+
+
+class NetworkSpec(StrictModel):
+    transfer_backend: str = Field("auto", description="KV transfer backend; auto picks the stack's default")
+    rdma_device: str | None = Field(None, description="RDMA card the pool uses, on machines with several")
+
+
+class Sizing(StrictModel):
+    gpus_per_machine: int | None = Field(None, ge=1, description="GPUs each machine gives the pool; null = every GPU")
+    host_memory_gb: float | None = Field(None, gt=0, description="RAM per machine for offloaded KV, GB")
+    shared_store_gb: float | None = Field(None, gt=0, description="Size of the shared Valkey/Mooncake store, GB")
+    disk_tier_gb: float | None = Field(None, gt=0, description="Local disk tier size per machine, GB")
+    disk_tier_path: str | None = Field(None, description="Disk tier path, the same on every machine")
+    shared_mount_path: str | None = Field(None, description="Shared filesystem mount path for a shared file tier")
+    prefill_machines: int | None = Field(None, ge=1, description="Split stacks: machines that run prefill")
+    prefill_gpus: int | None = Field(None, ge=1, description="Split stacks: GPUs that run prefill")
+
+
+class SyntheticSpec(StrictModel):
+    prefix_tokens: int = Field(1024, ge=0, description="Shared prefix length per group, tokens")
+    groups: int = Field(4, ge=1, description="Number of groups, each with its own shared prefix")
+    users_per_group: int = Field(4, ge=1, description="Users in each group")
+    turns: int = Field(4, ge=1, description="Turns per session; history is resent on each turn")
+    input_tokens: int = Field(128, ge=1, description="New input tokens per turn")
+    output_tokens: int = Field(64, ge=1, description="Output tokens per turn")
+    think_time_s: float = Field(0.0, ge=0, description="Pause between a response and the user's next turn, s")
+
+
+class TraceSpec(StrictModel):
+    format: Literal["mooncake", "azure", "servegen"] = Field(description="Trace file format")
+    path: str = Field(description="Path of the trace file")
+    time_scale: float = Field(1.0, gt=0, description="Multiply trace inter-arrival gaps by this factor")
+
+
+class DocumentsSpec(StrictModel):
+    count: int = Field(ge=1, description="Distinct documents")
+    tokens: int = Field(ge=1, description="Tokens per document")
+    question_tokens: int = Field(16, ge=0, description="Question tokens appended to each visit")
+    output_tokens: int = Field(16, ge=1, description="Output tokens per visit")
+    rounds: int = Field(2, ge=1, description="Times each document is visited")
+    order: Literal["tile", "interleave", "random"] = Field("tile", description="Visit order within a round")
+    measure_rounds: list[int] = Field(default_factory=lambda: [2], description="Rounds that are measured (from 1)")
+
+
+class Arrivals(StrictModel):
+    mode: Literal["closed_loop", "request_rate"] = Field("closed_loop", description="Closed loop users or a request rate")
+    users: list[int] | None = Field(None, description="closed_loop: concurrent users per load level")
+    rates: list[float] | None = Field(None, description="request_rate: requests/s per load level")
+    distribution: Literal["poisson", "gamma"] = Field("poisson", description="request_rate: inter-arrival distribution")
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape; 1.0 = Poisson, lower = burstier")
+    max_concurrency: int | None = Field(None, ge=1, description="Cap on requests in flight")
+
+    @model_validator(mode="after")
+    def _levels(self) -> Arrivals:
+        if self.mode == "closed_loop" and self.rates is not None:
+            raise ValueError("'rates' is for mode request_rate; closed_loop uses 'users'")
+        if self.mode == "request_rate" and self.users is not None:
+            raise ValueError("'users' is for mode closed_loop; request_rate uses 'rates'")
+        return self
+
+    def load_levels(self) -> list[float]:
+        if self.mode == "closed_loop":
+            return [float(u) for u in (self.users or [16])]
+        return list(self.rates or [2.0])
+
+
+class Traffic(StrictModel):
+    shape: Shape = Field("agentic_replay", description="What the pool serves")
+    dataset: str | None = Field(None, description="agentic_replay only: dataset name or path (default sammshen)")
+    synthetic: SyntheticSpec | None = Field(None, description="synthetic_sessions / shared_prompt / per_user_history")
+    trace: TraceSpec | None = Field(None, description="trace_replay: the trace to replay")
+    documents: DocumentsSpec | None = Field(None, description="document_reuse: the documents and rounds")
+    arrivals: Arrivals = Field(default_factory=Arrivals, description="Arrival process and load levels")
+    duration_s: float | None = Field(None, gt=0, description="Bound for each job of non-agentic shapes, s")
+
+
+class Slo(StrictModel):
+    ttft_ms: float | None = Field(None, gt=0, description="Time to first token limit, ms")
+    tpot_ms: float | None = Field(None, gt=0, description="Time per output token limit, ms")
+    e2e_ms: float | None = Field(None, gt=0, description="End-to-end latency limit, ms")
+
+
+class Measurement(StrictModel):
+    repeats: int = Field(3, ge=1, le=100, description="Repeats per test point; fewer than 3 is preliminary")
+    load_duration_s: float | None = Field(
+        None, description="agentic_replay only: how long users keep sending (120..14400; default 1200)"
+    )
+    warmup_s: float = Field(300, description="Seconds discarded from the start of the load (0..3600)")
+    working_set_ratio: float | None = Field(None, gt=0, description="> 1: conversations larger than GPU KV memory")
+    routing: Routing = Field("round_robin", description="How the router spreads requests over engines")
+    cache_state: CacheState = Field("empty", description="Cache state before each test point")
+    slo: Slo = Field(default_factory=Slo, description="Latency targets for goodput")
+    accuracy_gate: bool = Field(False, description="Compare cached and uncached outputs")
+
+
+class Workload(StrictModel):
+    """One compared configuration: ``defaults`` deep-merged with the workload's own keys."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Workload name, unique in the plan")
+    strategy: Strategy = Field(description="How machines share KV cache")
+    stack: str = Field(description="Stack id from the catalog")
+    model: str = Field("Qwen/Qwen3-8B", description="Hugging Face model id")
+    hf_token_secret: str | None = Field(None, description="Name of a stored secret holding the HF token")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Serving engine settings")
+    kv_tier: KvTier = Field("gpu", description="KV Cache Storage Tier: gpu, cpu_ram or nvme")
+    cluster: ClusterRef = Field(description="Step 1: the machines")
+    orchestrator: Orchestrator = Field("bare_metal", description="Step 3: bare_metal (others are locked)")
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description="Step 3: network and transfer backend")
+    sizing: Sizing = Field(default_factory=Sizing, description="Step 4: resources each machine gives the pool")
+    traffic: Traffic = Field(default_factory=Traffic, description="Step 5: what the pool serves")
+    measurement: Measurement = Field(default_factory=Measurement, description="Step 6: how to measure")
+
+    def effective_load_duration_s(self) -> float:
+        if self.traffic.shape == "agentic_replay":
+            return self.measurement.load_duration_s or AGENTIC_DEFAULT_LOAD_DURATION_S
+        return self.traffic.duration_s or 0.0
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` wins; nested mappings merge key by key; lists and scalars are replaced."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class Plan(StrictModel):
+    version: Literal[1] = Field(1, description="Plan format version")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Plan name: lowercase letters, digits, dashes")
+    defaults: dict[str, Any] = Field(default_factory=dict, description="Deep-merged under every workload")
+    workloads: list[Workload] = Field(min_length=1, description="The compared workloads")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        defaults = data.get("defaults") or {}
+        workloads = data.get("workloads")
+        if not isinstance(defaults, dict) or not isinstance(workloads, list):
+            return data
+        merged = [deep_merge(defaults, w) if isinstance(w, dict) else w for w in workloads]
+        return {**data, "workloads": merged}

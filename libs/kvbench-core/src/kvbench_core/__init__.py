@@ -1,0 +1,1 @@
+"""kvbench core: the shared runtime every service imports (never runs on its own)."""

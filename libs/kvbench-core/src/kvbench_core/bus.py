@@ -1,0 +1,321 @@
+"""A thin typed bus over nats-py JetStream.
+
+- ``Bus.connect`` ensures the streams and KV buckets declared in ``kvbench_contracts.streams``
+  (idempotently) and drains the connection on exit.
+- ``publish`` derives the subject from the message and sets ``Nats-Msg-Id`` to its event id, so a
+  retried publish is dropped by JetStream's duplicate window.
+- ``subscribe`` runs a durable pull consumer: batches are fetched, each message is decoded by its
+  ``schema`` field into the registered model; undecodable messages are terminated and counted (poison),
+  handler errors are nak'ed with an exponential back-off, successes are acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.kv import KeyValue
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import ValidationError
+
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.streams import BUCKETS, STREAMS, StreamSpec, stream_for_subject
+from kvbench_core.metrics import metric_name
+
+__all__ = ["Bus", "BusMetrics", "Subscription"]
+
+log = logging.getLogger(__name__)
+
+E = TypeVar("E", bound=Envelope)
+Handler = Callable[[Envelope], Awaitable[None]]
+BatchHandler = Callable[[list[Envelope]], Awaitable[None]]
+
+
+class BusMetrics:
+    def __init__(self, service: str, registry: CollectorRegistry) -> None:
+        self.published = Counter(
+            metric_name(service, "bus_published", "total"), "Messages published", ["schema"], registry=registry
+        )
+        self.handled = Counter(
+            metric_name(service, "bus_handled", "total"), "Messages handled and acked", ["durable"], registry=registry
+        )
+        self.poison = Counter(
+            metric_name(service, "bus_poison_messages", "total"),
+            "Undecodable messages terminated",
+            ["durable"],
+            registry=registry,
+        )
+        self.nacked = Counter(
+            metric_name(service, "bus_nacked", "total"), "Messages nak'ed after a handler error", ["durable"],
+            registry=registry,
+        )
+
+
+def backoff_s(num_delivered: int, base: float = 0.5, cap: float = 30.0) -> float:
+    return float(min(cap, base * (2 ** max(0, num_delivered - 1))))
+
+
+@dataclass
+class Subscription:
+    durable: str
+    task: asyncio.Task[None]
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), timeout=10)
+            except TimeoutError:
+                self.task.cancel()
+                await self.task
+
+
+class Bus:
+    def __init__(self, nc: NatsClient, js: JetStreamContext, metrics: BusMetrics | None) -> None:
+        self.nc = nc
+        self.js = js
+        self._metrics = metrics
+        self._subs: list[Subscription] = []
+        self._kv: dict[str, KeyValue] = {}
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls, url: str, *, name: str, registry: CollectorRegistry | None = None, service: str | None = None
+    ) -> AsyncIterator[Bus]:
+        nc = await nats.connect(
+            url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5
+        )
+        metrics = BusMetrics(service or name, registry) if registry is not None else None
+        bus = cls(nc, nc.jetstream(), metrics)
+        try:
+            await bus.ensure_streams()
+            yield bus
+        finally:
+            await bus.close()
+
+    async def ensure_streams(self, streams: Sequence[StreamSpec] = STREAMS) -> None:
+        for spec in streams:
+            config = StreamConfig(
+                name=spec.name,
+                subjects=list(spec.subjects),
+                retention=RetentionPolicy.WORK_QUEUE if spec.retention == "workqueue" else RetentionPolicy.LIMITS,
+                max_age=spec.max_age_s,
+                duplicate_window=spec.duplicate_window_s,
+                storage=StorageType.FILE,
+                description=spec.description,
+            )
+            try:
+                await self.js.stream_info(spec.name)
+            except nats.js.errors.NotFoundError:
+                with contextlib.suppress(nats.js.errors.BadRequestError):  # created concurrently elsewhere
+                    await self.js.add_stream(config)
+        for bucket in BUCKETS:
+            await self.kv(bucket.name)
+
+    async def kv(self, bucket: str) -> KeyValue:
+        if bucket in self._kv:
+            return self._kv[bucket]
+        spec = next(b for b in BUCKETS if b.name == bucket)
+        try:
+            store = await self.js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            store = await self.js.create_key_value(
+                KeyValueConfig(bucket=bucket, ttl=spec.ttl_s, history=1, description=spec.description)
+            )
+        self._kv[bucket] = store
+        return store
+
+    async def publish(self, message: Envelope) -> None:
+        subject = message.subject()
+        await self.js.publish(subject, message.to_bytes(), headers={"Nats-Msg-Id": message.event_id})
+        if self._metrics:
+            self._metrics.published.labels(message.schema_name).inc()
+
+    def subscribe(
+        self,
+        models: Sequence[type[Envelope]],
+        handler: Handler,
+        *,
+        durable: str,
+        filter_subject: str | None = None,
+        stream: str | None = None,
+        batch: int = 64,
+        ack_wait_s: float = 30.0,
+        max_deliver: int = 20,
+        deliver_new: bool = False,
+    ) -> Subscription:
+        """Handle one message at a time; ack on success, nak with back-off on error."""
+
+        async def per_batch(items: list[tuple[Msg, Envelope]]) -> None:
+            for msg, event in items:
+                try:
+                    await handler(event)
+                except Exception:
+                    delivered = msg.metadata.num_delivered if msg.metadata else 1
+                    log.exception("handler failed; will retry", extra={"durable": durable, "schema": event.schema_name})
+                    await msg.nak(delay=backoff_s(delivered))
+                    if self._metrics:
+                        self._metrics.nacked.labels(durable).inc()
+                    continue
+                await msg.ack()
+                if self._metrics:
+                    self._metrics.handled.labels(durable).inc()
+
+        return self._start(models, per_batch, durable, filter_subject, stream, batch, ack_wait_s, max_deliver,
+                           deliver_new)
+
+    def subscribe_batch(
+        self,
+        models: Sequence[type[Envelope]],
+        handler: BatchHandler,
+        *,
+        durable: str,
+        filter_subject: str | None = None,
+        stream: str | None = None,
+        batch: int = 500,
+        ack_wait_s: float = 60.0,
+        max_deliver: int = 50,
+    ) -> Subscription:
+        """Hand a whole fetched batch to the handler; ack it all after the handler returns."""
+
+        async def whole_batch(items: list[tuple[Msg, Envelope]]) -> None:
+            if not items:
+                return
+            try:
+                await handler([event for _, event in items])
+            except Exception:
+                log.exception("batch handler failed; will retry", extra={"durable": durable, "size": len(items)})
+                for msg, _ in items:
+                    delivered = msg.metadata.num_delivered if msg.metadata else 1
+                    await msg.nak(delay=backoff_s(delivered))
+                if self._metrics:
+                    self._metrics.nacked.labels(durable).inc(len(items))
+                return
+            # ack_sync: the reporter must know the ack landed before it forgets a batch
+            await asyncio.gather(*(msg.ack_sync() for msg, _ in items))
+            if self._metrics:
+                self._metrics.handled.labels(durable).inc(len(items))
+
+        return self._start(models, whole_batch, durable, filter_subject, stream, batch, ack_wait_s, max_deliver,
+                           False)
+
+    def _decode(self, msg: Msg, by_schema: dict[str, type[Envelope]], durable: str) -> Envelope | None | bool:
+        """The event, None for a schema we do not handle, False for poison."""
+        try:
+            raw: Any = json.loads(msg.data)
+            schema = raw.get("schema") if isinstance(raw, dict) else None
+            if not isinstance(schema, str):
+                raise ValueError("no schema field")
+            model = by_schema.get(schema)
+            if model is None:
+                return None
+            return model.model_validate(raw)
+        except (ValueError, ValidationError) as exc:
+            log.error(
+                "poison message terminated",
+                extra={"durable": durable, "subject": msg.subject, "error": str(exc)[:300]},
+            )
+            if self._metrics:
+                self._metrics.poison.labels(durable).inc()
+            return False
+
+    def _start(
+        self,
+        models: Sequence[type[Envelope]],
+        process: Callable[[list[tuple[Msg, Envelope]]], Awaitable[None]],
+        durable: str,
+        filter_subject: str | None,
+        stream: str | None,
+        batch: int,
+        ack_wait_s: float,
+        max_deliver: int,
+        deliver_new: bool,
+    ) -> Subscription:
+        """``stream`` alone consumes the whole stream; ``filter_subject`` alone finds its stream."""
+        by_schema = {m.SCHEMA: m for m in models}
+        if stream is None:
+            if filter_subject is None:
+                raise ValueError("subscribe needs a stream or a filter subject")
+            # a concrete subject inside the filter tells which stream holds it
+            stream = stream_for_subject(filter_subject.replace(">", "x").replace("*", "x")).name
+        stop = asyncio.Event()
+
+        async def loop() -> None:
+            config = ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=ack_wait_s,
+                max_deliver=max_deliver,
+                deliver_policy=DeliverPolicy.NEW if deliver_new else DeliverPolicy.ALL,
+                max_ack_pending=max(1000, batch * 4),
+            )
+            psub = await self.js.pull_subscribe(filter_subject or "", durable=durable, stream=stream, config=config)
+            while not stop.is_set():
+                try:
+                    msgs = await psub.fetch(batch, timeout=0.5)
+                except (nats.errors.TimeoutError, TimeoutError):  # an empty poll; nats-py raises either
+                    continue
+                except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                    await asyncio.sleep(0.5)
+                    continue
+                decoded: list[tuple[Msg, Envelope]] = []
+                for msg in msgs:
+                    result = self._decode(msg, by_schema, durable)
+                    if result is False:
+                        await msg.term()
+                    elif result is None:
+                        await msg.ack()  # a fact we do not handle: tolerant reader, move on
+                    else:
+                        assert isinstance(result, Envelope)
+                        decoded.append((msg, result))
+                await process(decoded)
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
+
+        async def guarded() -> None:
+            # a consumer must never die silently: log, back off, and start the loop again
+            while not stop.is_set():
+                try:
+                    await loop()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("consumer loop crashed; restarting", extra={"durable": durable})
+                    await asyncio.sleep(1.0)
+
+        task = asyncio.create_task(guarded(), name=f"sub:{durable}")
+        sub = Subscription(durable, task, stop)
+        self._subs.append(sub)
+        return sub
+
+    async def close(self) -> None:
+        for sub in self._subs:
+            await sub.close()
+        self._subs.clear()
+        if self.nc.is_connected:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+        with contextlib.suppress(Exception):
+            await self.nc.close()

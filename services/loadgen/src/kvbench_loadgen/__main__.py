@@ -1,0 +1,3 @@
+from kvbench_loadgen.service import main
+
+main()

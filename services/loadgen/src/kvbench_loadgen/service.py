@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+
+from prometheus_client import Gauge
+
+from kvbench_contracts.commands import RunLoad
+from kvbench_contracts.envelope import Envelope
+from kvbench_core.bus import Bus
+from kvbench_core.logging import configure_logging
+from kvbench_core.metrics import metric_name, new_registry, ops_server
+from kvbench_core.service import run_service
+from kvbench_core.settings import load_settings
+from kvbench_loadgen.job import JobRunner
+from kvbench_loadgen.settings import LoadgenSettings
+
+__all__ = ["main", "run"]
+
+log = logging.getLogger("kvbench_loadgen")
+
+
+async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
+    registry = new_registry()
+    active = Gauge(metric_name("loadgen", "active_jobs", "count"), "Jobs running", registry=registry)
+    async with AsyncExitStack() as stack:
+        bus = await stack.enter_async_context(
+            Bus.connect(settings.nats_url, name=f"loadgen-{settings.shard_id}", registry=registry, service="loadgen")
+        )
+        await stack.enter_async_context(ops_server(registry, settings.ops_port))
+        runner = JobRunner(bus, settings)
+
+        async def on_command(command: Envelope) -> None:
+            if isinstance(command, RunLoad):
+                runner.launch(command)  # acked at once; progress and the end arrive as events
+                active.set(len(runner.active))
+
+        bus.subscribe([RunLoad], on_command, durable="loadgen", filter_subject="kvbench.cmd.loadgen.>", batch=1)
+        await stop.wait()
+        for task in list(runner.active.values()):
+            task.cancel()
+        if runner.active:
+            await asyncio.gather(*runner.active.values(), return_exceptions=True)
+
+
+def main() -> None:
+    settings = load_settings(LoadgenSettings)
+    configure_logging("loadgen", settings.log_level, settings.log_json)
+    run_service(lambda stop: run(settings, stop), use_uvloop=True)

@@ -1,0 +1,3 @@
+from kvbench_node_agent.agent import main
+
+main()

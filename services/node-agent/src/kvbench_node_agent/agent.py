@@ -1,0 +1,184 @@
+"""The node agent: registers, heartbeats, starts and stops stacks on command, scrapes engines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from kvbench_contracts.commands import StartStack, StopStack
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.events import EngineSampled, NodeRegistered, StackFailed, StackReady, StackStopped
+from kvbench_core.bus import Bus
+from kvbench_core.logging import configure_logging
+from kvbench_core.metrics import metric_name, new_registry, ops_server
+from kvbench_core.settings import load_settings
+from kvbench_node_agent.inventory import collect_inventory
+from kvbench_node_agent.launchers import Deployment, LaunchError, Launcher, SimLauncher
+from kvbench_node_agent.scrape import parse_samples
+from kvbench_node_agent.settings import NodeAgentSettings
+
+__all__ = ["NodeAgent", "main"]
+
+log = logging.getLogger("kvbench_node_agent")
+
+
+class NodeAgent:
+    def __init__(self, settings: NodeAgentSettings, bus: Bus, registry: CollectorRegistry) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.node_id = settings.node_id
+        self.inventory = collect_inventory(settings.node_id, settings.simulated, settings.group)
+        state_dir = Path(settings.state_dir) / settings.node_id
+        self.launchers: dict[str, Launcher] = {
+            "sim": SimLauncher(settings.node_id, state_dir, settings.engine_health_timeout_s),
+        }
+        self.deployments: dict[str, Deployment] = {}
+        self._scrapers: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        self.m_deployments = Gauge(metric_name("node_agent", "deployments", "count"), "Running deployments",
+                                   registry=registry)
+        self.m_launch_failures = Counter(metric_name("node_agent", "launch_failures", "total"),
+                                         "Stacks that failed to start", registry=registry)
+
+    async def register(self) -> None:
+        await self.bus.publish(NodeRegistered(node_id=self.node_id, inventory=self.inventory))
+        await self.heartbeat()
+        log.info("registered", extra={"node_id": self.node_id, "simulated": self.inventory.simulated})
+
+    async def heartbeat(self) -> None:
+        kv = await self.bus.kv("kvbench_nodes")
+        payload = {
+            "inventory": self.inventory.model_dump(),
+            "at": time.time(),
+            "deployments": sorted(self.deployments),
+        }
+        await kv.put(self.node_id, json.dumps(payload).encode())
+
+    async def heartbeat_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.heartbeat()
+            except Exception:
+                log.exception("heartbeat failed", extra={"node_id": self.node_id})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.heartbeat_s)
+
+    async def handle(self, command: Envelope) -> None:
+        async with self._lock:
+            if isinstance(command, StartStack):
+                await self._start(command)
+            elif isinstance(command, StopStack):
+                await self._stop(command.deployment_id, command.run_id)
+
+    async def _start(self, command: StartStack) -> None:
+        ids = {"run_id": command.run_id, "deployment_id": command.deployment_id, "node_id": self.node_id}
+        existing = self.deployments.get(command.deployment_id)
+        if existing is not None:  # redelivered command: say again that it is up
+            await self._publish_ready(existing)
+            return
+        launcher = self.launchers.get(command.launcher)
+        if launcher is None:
+            await self.bus.publish(StackFailed(deployment_id=command.deployment_id, run_id=command.run_id,
+                                               node_id=self.node_id,
+                                               reason=f"launcher {command.launcher!r} is not available here"))
+            return
+        log.info("starting stack", extra={**ids, "stack": command.stack, "launcher": command.launcher})
+        try:
+            deployment = await launcher.start(command)
+        except LaunchError as exc:
+            self.m_launch_failures.inc()
+            log.error("stack failed to start", extra={**ids, "reason": str(exc)[:500]})
+            await self.bus.publish(StackFailed(deployment_id=command.deployment_id, run_id=command.run_id,
+                                               node_id=self.node_id, reason=str(exc)))
+            return
+        self.deployments[command.deployment_id] = deployment
+        self.m_deployments.set(len(self.deployments))
+        self._scrapers[command.deployment_id] = asyncio.create_task(self._scrape_loop(deployment))
+        await self._publish_ready(deployment)
+        log.info("stack ready", extra={**ids, "endpoints": [e.base_url for e in deployment.endpoints]})
+
+    async def _publish_ready(self, deployment: Deployment) -> None:
+        await self.bus.publish(StackReady(deployment_id=deployment.deployment_id, run_id=deployment.run_id,
+                                          node_id=self.node_id, endpoints=deployment.endpoints,
+                                          facts=deployment.facts))
+
+    async def _stop(self, deployment_id: str, run_id: str) -> None:
+        deployment = self.deployments.pop(deployment_id, None)
+        scraper = self._scrapers.pop(deployment_id, None)
+        if scraper:
+            scraper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scraper
+        if deployment is not None:
+            await asyncio.to_thread(deployment.stop)
+        self.m_deployments.set(len(self.deployments))
+        await self.bus.publish(StackStopped(deployment_id=deployment_id, run_id=run_id, node_id=self.node_id))
+        log.info("stack stopped", extra={"deployment_id": deployment_id, "run_id": run_id, "node_id": self.node_id})
+
+    async def _scrape_loop(self, deployment: Deployment) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            while True:
+                for endpoint in deployment.endpoints:
+                    try:
+                        async with session.get(endpoint.metrics_url) as response:
+                            text = await response.text()
+                        await self.bus.publish(EngineSampled(node_id=self.node_id, run_id=deployment.run_id,
+                                                             engine_id=endpoint.engine_id,
+                                                             values=parse_samples(text)))
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        log.warning("engine scrape failed",
+                                    extra={"engine_id": endpoint.engine_id, "error": str(exc)[:200]})
+                await asyncio.sleep(self.settings.scrape_interval_s)
+
+    async def shutdown(self) -> None:
+        """Agent stop: no engine outlives its agent."""
+        for deployment_id in list(self.deployments):
+            deployment = self.deployments.pop(deployment_id)
+            task = self._scrapers.pop(deployment_id, None)
+            if task:
+                task.cancel()
+            await asyncio.to_thread(deployment.stop)
+        with contextlib.suppress(Exception):
+            kv = await self.bus.kv("kvbench_nodes")
+            await kv.delete(self.node_id)
+
+
+async def run(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
+    registry = new_registry()
+    async with AsyncExitStack() as stack:
+        bus = await stack.enter_async_context(
+            Bus.connect(settings.nats_url, name=f"node-agent-{settings.node_id}", registry=registry,
+                        service="node_agent")
+        )
+        agent = NodeAgent(settings, bus, registry)
+        await stack.enter_async_context(ops_server(registry, settings.ops_port))
+        await agent.register()
+        heartbeat = asyncio.create_task(agent.heartbeat_loop(stop))
+        bus.subscribe(
+            [StartStack, StopStack],
+            agent.handle,
+            durable=f"node-agent-{settings.node_id}",
+            filter_subject=f"kvbench.cmd.node.{settings.node_id}.>",
+            ack_wait_s=300,
+            batch=1,
+        )
+        await stop.wait()
+        log.info("stopping", extra={"node_id": settings.node_id})
+        await agent.shutdown()
+        await heartbeat
+
+
+def main() -> None:
+    from kvbench_core.service import run_service  # noqa: PLC0415
+
+    settings = load_settings(NodeAgentSettings)
+    configure_logging("node-agent", settings.log_level, settings.log_json)
+    run_service(lambda stop: run(settings, stop))

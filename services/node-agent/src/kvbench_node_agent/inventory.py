@@ -1,0 +1,54 @@
+"""What this machine has. A simulated machine declares a neutral inventory; the plan's `sim` section
+gives its GPUs when a stack starts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+
+from kvbench_contracts.events import NodeInventory
+
+__all__ = ["collect_inventory"]
+
+
+def _ram_gb() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    return 0.0
+
+
+def _nvidia_gpus() -> tuple[str | None, int, float]:
+    if not shutil.which("nvidia-smi"):
+        return None, 0, 0.0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None, 0, 0.0
+    rows = [r.split(",") for r in out.strip().splitlines() if r.strip()]
+    if not rows:
+        return None, 0, 0.0
+    return rows[0][0].strip(), len(rows), float(rows[0][1]) / 1024
+
+
+def collect_inventory(node_id: str, simulated: bool, group: str | None) -> NodeInventory:
+    if simulated:
+        return NodeInventory(
+            node_id=node_id, hostname=socket.gethostname(), simulated=True, vendor=None, gpu_model=None,
+            gpus=0, gpu_memory_gb=0, ram_gb=_ram_gb(), cpus=os.cpu_count() or 0, group=group,
+        )
+    model, count, mem = _nvidia_gpus()
+    return NodeInventory(
+        node_id=node_id, hostname=socket.gethostname(), simulated=False,
+        vendor="nvidia" if count else None, gpu_model=model, gpus=count, gpu_memory_gb=mem,
+        ram_gb=_ram_gb(), cpus=os.cpu_count() or 0, group=group,
+    )

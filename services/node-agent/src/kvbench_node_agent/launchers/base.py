@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+
+from kvbench_contracts.commands import StartStack
+from kvbench_contracts.events import EngineEndpoint
+from kvbench_core.embedded import stop_pid
+
+__all__ = ["Deployment", "LaunchError", "Launcher", "ManagedProcess", "read_block_size", "wait_healthy"]
+
+_BLOCK_SIZE_LINE = re.compile(r"Setting attention block size to (\d+) tokens")
+
+
+class LaunchError(RuntimeError):
+    """A stack could not start; the message says what to fix."""
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            stop_pid(self.proc.pid, timeout_s=10, group=True)
+
+
+@dataclass
+class Deployment:
+    deployment_id: str
+    run_id: str
+    stack: str
+    endpoints: list[EngineEndpoint]
+    processes: list[ManagedProcess] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        # reverse start order: routers before engines before stores
+        for process in reversed(self.processes):
+            process.stop()
+
+
+class Launcher(Protocol):
+    name: str
+
+    async def start(self, command: StartStack) -> Deployment: ...
+
+    async def stop(self, deployment: Deployment) -> None: ...
+
+
+async def wait_healthy(url: str, process: ManagedProcess, timeout_s: float) -> None:
+    """Poll the health endpoint until it answers 200; never a fixed sleep."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+        while time.monotonic() < deadline:
+            if process.proc.poll() is not None:
+                tail = process.log_path.read_text(errors="replace")[-1500:]
+                raise LaunchError(f"{process.name} exited with code {process.proc.returncode} before it was "
+                                  f"healthy; last log lines:\n{tail}")
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.1)
+    raise LaunchError(f"{process.name} did not answer {url} within {timeout_s:.0f} s")
+
+
+def read_block_size(log_path: Path) -> int | None:
+    """The effective block size, from the engine's own log (the connector may have changed it)."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    matches = _BLOCK_SIZE_LINE.findall(text)
+    return int(matches[-1]) if matches else None

@@ -1,0 +1,83 @@
+"""The `sim` launcher: simulated engines (kvbench_sim) as real child processes of the agent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvbench_contracts.commands import StartStack
+from kvbench_contracts.events import EngineEndpoint
+from kvbench_core.embedded import free_port
+from kvbench_core.procs import spawn
+from kvbench_node_agent.launchers.base import Deployment, LaunchError, ManagedProcess, read_block_size, wait_healthy
+
+__all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv"]
+
+# Stacks with a simulated form, and the engine flags that express them.
+SIM_STACK_FLAGS: dict[str, list[str]] = {
+    "vllm-prefix-off": ["--no-enable-prefix-caching"],
+    "vllm-prefix-gpu": [],
+    "sglang-radix-off": ["--no-enable-prefix-caching"],
+    "sglang-radix": ["--block-size", "64"],
+}
+
+
+def sim_engine_argv(command: StartStack, port: int) -> list[str]:
+    if command.stack not in SIM_STACK_FLAGS:
+        known = ", ".join(sorted(SIM_STACK_FLAGS))
+        raise LaunchError(f"stack {command.stack} has no simulated form yet; simulated stacks: {known}")
+    sim: dict[str, Any] = command.sim or {}
+    engine = command.engine or {}
+    argv = [
+        sys.executable, "-m", "kvbench_sim", "serve",
+        "--port", str(port),
+        "--model", command.model,
+        "--gpu", str(sim.get("gpu", "L40S")),
+        "--tensor-parallel-size", str(engine.get("tensor_parallel_size", 1)),
+        "--speed", str(sim.get("speed", 1.0)),
+        *SIM_STACK_FLAGS[command.stack],
+    ]
+    return argv
+
+
+class SimLauncher:
+    name = "sim"
+
+    def __init__(self, node_id: str, state_dir: Path, health_timeout_s: float) -> None:
+        self._node_id = node_id
+        self._state_dir = state_dir
+        self._health_timeout_s = health_timeout_s
+
+    async def start(self, command: StartStack) -> Deployment:
+        port = free_port()
+        argv = sim_engine_argv(command, port)
+        log_path = self._state_dir / "logs" / f"{command.deployment_id}-engine0.log"
+        process = ManagedProcess("sim-engine", spawn(argv, log_path), log_path)
+        deployment = Deployment(
+            deployment_id=command.deployment_id,
+            run_id=command.run_id,
+            stack=command.stack,
+            endpoints=[
+                EngineEndpoint(
+                    node_id=self._node_id,
+                    engine_id=f"{self._node_id}-e0",
+                    base_url=f"http://127.0.0.1:{port}",
+                    metrics_url=f"http://127.0.0.1:{port}/metrics",
+                )
+            ],
+            processes=[process],
+        )
+        try:
+            await wait_healthy(f"http://127.0.0.1:{port}/health", process, self._health_timeout_s)
+        except LaunchError:
+            deployment.stop()
+            raise
+        block_size = read_block_size(log_path)
+        if block_size:
+            deployment.facts["attention_block_size"] = block_size
+        deployment.facts["engine_argv"] = " ".join(argv[1:])
+        return deployment
+
+    async def stop(self, deployment: Deployment) -> None:
+        deployment.stop()

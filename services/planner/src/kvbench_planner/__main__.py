@@ -1,0 +1,3 @@
+from kvbench_planner.main import main
+
+main()

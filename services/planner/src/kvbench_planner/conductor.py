@@ -1,0 +1,367 @@
+"""The run conductor: commands out, events in, state in a KV bucket.
+
+For each workload: start its stack on every machine and wait until every engine is healthy; for each
+job apply the cache state (empty = a fresh stack), ask a load generator to run it and wait for its end;
+then tear the stack down. Finished jobs are recorded in the run state, so a restarted planner resumes
+without repeating them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+import nats.js.errors
+
+from kvbench_contracts.commands import RunLoad, StartStack, StopStack
+from kvbench_contracts.envelope import Envelope, new_id, utc_now
+from kvbench_contracts.events import (
+    EngineEndpoint,
+    JobFailed,
+    JobFinished,
+    JobProgressed,
+    RunFinished,
+    RunStarted,
+    RunSubmitted,
+    StackFailed,
+    StackReady,
+    StackStopped,
+)
+from kvbench_contracts.plan import Plan, Workload
+from kvbench_core.bus import Bus
+from kvbench_planner.settings import PlannerSettings
+from kvbench_planner.state import JobState, RunState, expand_jobs
+
+__all__ = ["CONTROL_EVENTS", "Conductor", "RunFailedError"]
+
+log = logging.getLogger(__name__)
+
+CONTROL_EVENTS: tuple[type[Envelope], ...] = (
+    StackReady, StackFailed, StackStopped, JobFinished, JobFailed, JobProgressed,
+)
+
+NODE_UNRESPONSIVE = {
+    "code": "node_unresponsive",
+    "message": "A node stopped responding",
+    "fix": "Check that the agent is running on that machine, and then run the workload again.",
+}
+
+
+class RunFailedError(Exception):
+    def __init__(self, code: str, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.reason = {"code": code, "message": message, "fix": fix}
+
+
+class Conductor:
+    def __init__(self, bus: Bus, settings: PlannerSettings) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.runs: dict[str, RunState] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._waiters: dict[str, asyncio.Future[Envelope]] = {}
+        # facts that arrived before anyone waited for them (e.g. redelivered after a planner restart)
+        self._arrived: OrderedDict[str, Envelope] = OrderedDict()
+        self._last_saved: dict[str, float] = {}
+        self._cancelling: set[str] = set()
+
+    # -- events in --------------------------------------------------------------------------
+    async def on_event(self, event: Envelope) -> None:
+        key: str | None = None
+        if isinstance(event, StackReady | StackFailed):
+            key = f"stack:{event.deployment_id}"
+        elif isinstance(event, StackStopped):
+            key = f"stopped:{event.deployment_id}"
+        elif isinstance(event, JobFinished | JobFailed):
+            key = f"job:{event.job_id}"
+        elif isinstance(event, JobProgressed):
+            await self._progress(event)
+            return
+        if key is None:
+            return
+        waiter = self._waiters.pop(key, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(event)
+        else:
+            self._arrived[key] = event
+            while len(self._arrived) > 10_000:
+                self._arrived.popitem(last=False)
+
+    async def _progress(self, event: JobProgressed) -> None:
+        state = self.runs.get(event.run_id)
+        if state is None:
+            return
+        for job in state.jobs:
+            if job.job_id == event.job_id and job.status == "running":
+                job.progress = min(0.99, event.elapsed_s / max(event.duration_s, 1e-9))
+                job.requests, job.errors = event.requests_done, event.errors
+        if time.monotonic() - self._last_saved.get(state.run_id, 0) > 2:
+            await self.save(state)
+
+    def _expect(self, key: str) -> asyncio.Future[Envelope]:
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        if key in self._arrived:
+            future.set_result(self._arrived.pop(key))
+        else:
+            self._waiters[key] = future
+        return future
+
+    async def _await(self, key: str, future: asyncio.Future[Envelope], timeout_s: float) -> Envelope:
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        finally:
+            self._waiters.pop(key, None)
+
+    # -- state --------------------------------------------------------------------------------
+    async def save(self, state: RunState) -> None:
+        state.updated_at = utc_now()
+        kv = await self.bus.kv("kvbench_runs")
+        await kv.put(state.run_id, state.model_dump_json().encode())
+        self._last_saved[state.run_id] = time.monotonic()
+
+    async def load_all(self) -> list[RunState]:
+        kv = await self.bus.kv("kvbench_runs")
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+        states: list[RunState] = []
+        for key in keys:
+            with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+                entry = await kv.get(key)
+                if entry.value:
+                    states.append(RunState.model_validate_json(entry.value))
+        return sorted(states, key=lambda s: s.created_at)
+
+    async def resume(self) -> None:
+        for state in await self.load_all():
+            self.runs[state.run_id] = state
+            if state.status in ("pending", "running"):
+                log.info("resuming run", extra={"run_id": state.run_id})
+                self._start_task(state)
+
+    # -- commands out -------------------------------------------------------------------------
+    async def submit(self, plan: Plan) -> RunState:
+        state = RunState(run_id=new_id(), plan_name=plan.name, plan=plan.model_dump(mode="json"),
+                         jobs=expand_jobs(plan))
+        self.runs[state.run_id] = state
+        await self.save(state)
+        await self.bus.publish(RunSubmitted(run_id=state.run_id, plan_name=plan.name, plan=state.plan,
+                                            jobs=[j.model_dump(mode="json") for j in state.jobs]))
+        self._start_task(state)
+        return state
+
+    def _start_task(self, state: RunState) -> None:
+        self._tasks[state.run_id] = asyncio.create_task(self._conduct(state), name=f"run:{state.run_id}")
+
+    async def cancel(self, run_id: str) -> RunState | None:
+        state = self.runs.get(run_id)
+        if state is None:
+            return None
+        task = self._tasks.get(run_id)
+        if task and not task.done():
+            self._cancelling.add(run_id)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        elif state.status in ("pending", "running"):
+            await self._finish(state, "cancelled", [])
+        return state
+
+    async def close(self) -> None:
+        """Planner shutdown: stop conducting but keep run state as it is, so a restart resumes."""
+        for task in self._tasks.values():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _finish(self, state: RunState, status: str, reasons: list[dict[str, str]]) -> None:
+        state.status = status  # type: ignore[assignment]
+        state.reasons = reasons
+        state.current_workload = None
+        for job in state.jobs:
+            if job.status in ("pending", "running"):
+                job.status = "cancelled" if status == "cancelled" else "failed"
+                job.reason = job.reason or (reasons[0]["message"] if reasons else status)
+        await self.save(state)
+        await self.bus.publish(RunFinished(run_id=state.run_id, status=state.status, reasons=reasons))
+        log.info("run finished", extra={"run_id": state.run_id, "status": status})
+
+    async def _conduct(self, state: RunState) -> None:
+        plan = Plan.model_validate(state.plan)
+        ids = {"run_id": state.run_id}
+        try:
+            if state.status == "pending":
+                state.status = "running"
+                await self.save(state)
+                await self.bus.publish(RunStarted(run_id=state.run_id))
+            for index, workload in enumerate(plan.workloads):
+                jobs = [j for j in state.jobs if j.workload == workload.name]
+                if all(j.status in ("succeeded", "failed") for j in jobs):
+                    continue
+                state.current_workload = workload.name
+                await self.save(state)
+                await self._run_workload(state, index, workload, jobs)
+            failed = [j for j in state.jobs if j.status == "failed"]
+            reasons = [{"code": "job_failed", "message": f"job {j.job_id} ({j.workload}): {j.reason}",
+                        "fix": "Read the job's reason and the service logs."} for j in failed]
+            await self._finish(state, "failed" if failed else "succeeded", reasons)
+        except RunFailedError as exc:
+            log.error("run failed", extra={**ids, **exc.reason})
+            await self._finish(state, "failed", [exc.reason])
+        except asyncio.CancelledError:
+            # a user's cancel ends the run; a planner shutdown leaves it to be resumed
+            if state.run_id in self._cancelling:
+                self._cancelling.discard(state.run_id)
+                await self._finish(state, "cancelled", [])
+            raise
+        except Exception as exc:
+            log.exception("run failed unexpectedly", extra=ids)
+            await self._finish(state, "failed", [{"code": "internal_error", "message": str(exc), "fix": ""}])
+
+    async def _nodes_for(self, workload: Workload) -> list[dict[str, Any]]:
+        kv = await self.bus.kv("kvbench_nodes")
+        deadline = time.monotonic() + self.settings.node_wait_s
+        sim = workload.cluster.sim
+        wanted = sim.machines if sim else None
+        while True:
+            nodes: list[dict[str, Any]] = []
+            with contextlib.suppress(nats.js.errors.NoKeysError):
+                for key in await kv.keys():
+                    with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+                        entry = await kv.get(key)
+                        if entry.value:
+                            nodes.append(json.loads(entry.value)["inventory"])
+            if sim is not None:
+                chosen = sorted((n for n in nodes if n.get("simulated")), key=lambda n: str(n["node_id"]))
+                if len(chosen) >= (wanted or 0):
+                    return chosen[:wanted]
+            else:
+                chosen = sorted((n for n in nodes if n.get("group") == workload.cluster.group),
+                                key=lambda n: str(n["node_id"]))
+                if chosen:
+                    return chosen
+            if time.monotonic() > deadline:
+                have = len(chosen)
+                if sim is not None:
+                    raise RunFailedError("cluster_unavailable",
+                                         f"The simulated cluster needs {wanted} machines and {have} agents are up",
+                                         f"Start more simulated machines: kvbench up --sim-machines {wanted}.")
+                raise RunFailedError("cluster_unavailable",
+                                     f"No machine of cluster group {workload.cluster.group!r} is up",
+                                     "Start the agent on each machine of the group.")
+            await asyncio.sleep(0.5)
+
+    async def _start_stacks(self, state: RunState, workload: Workload, nodes: list[dict[str, Any]],
+                            generation: str) -> tuple[list[str], list[EngineEndpoint]]:
+        deployments: dict[str, str] = {}
+        waits: dict[str, asyncio.Future[Envelope]] = {}
+        for node in nodes:
+            node_id = str(node["node_id"])
+            dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
+            deployments[node_id] = dep
+            waits[dep] = self._expect(f"stack:{dep}")
+            await self.bus.publish(StartStack(
+                node_id=node_id, run_id=state.run_id, deployment_id=dep, workload=workload.name,
+                stack=workload.stack, launcher="sim" if workload.cluster.sim else "process", model=workload.model,
+                engine=workload.engine.model_dump(mode="json"), sizing=workload.sizing.model_dump(mode="json"),
+                sim=workload.cluster.sim.model_dump(mode="json") if workload.cluster.sim else None))
+        endpoints: list[EngineEndpoint] = []
+        failures: list[str] = []
+        for dep, future in waits.items():
+            try:
+                event = await self._await(f"stack:{dep}", future, self.settings.stack_ready_timeout_s)
+            except TimeoutError:
+                failures.append(f"{dep}: not healthy within {self.settings.stack_ready_timeout_s:.0f} s")
+                continue
+            if isinstance(event, StackFailed):
+                failures.append(f"{event.node_id}: {event.reason}")
+            elif isinstance(event, StackReady):
+                endpoints.extend(event.endpoints)
+        if failures:
+            await self._stop_stacks(state, deployments)
+            raise RunFailedError("stack_failed", f"The {workload.stack} stack did not start: " + "; ".join(failures),
+                                 "Read the engine log named in the message, fix the setting, and run again.")
+        return list(deployments.values()), endpoints
+
+    async def _stop_stacks(self, state: RunState, deployments: dict[str, str] | list[tuple[str, str]]) -> None:
+        pairs = list(deployments.items()) if isinstance(deployments, dict) else deployments
+        waits = []
+        for node_id, dep in pairs:
+            waits.append((dep, self._expect(f"stopped:{dep}")))
+            await self.bus.publish(StopStack(node_id=node_id, run_id=state.run_id, deployment_id=dep))
+        for dep, future in waits:
+            with contextlib.suppress(TimeoutError):
+                await self._await(f"stopped:{dep}", future, 30)
+
+    async def _watch_nodes(self, node_ids: list[str]) -> None:
+        kv = await self.bus.kv("kvbench_nodes")
+        while True:
+            await asyncio.sleep(1.0)
+            for node_id in node_ids:
+                try:
+                    await kv.get(node_id)
+                except nats.js.errors.KeyNotFoundError:
+                    raise RunFailedError(NODE_UNRESPONSIVE["code"], NODE_UNRESPONSIVE["message"] + f" ({node_id})",
+                                         NODE_UNRESPONSIVE["fix"]) from None
+
+    async def _run_workload(self, state: RunState, index: int, workload: Workload, jobs: list[JobState]) -> None:
+        nodes = await self._nodes_for(workload)
+        node_ids = [str(n["node_id"]) for n in nodes]
+        state.nodes = node_ids
+        generation = 0
+        deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
+        pairs = list(zip(node_ids, deps, strict=True))
+        watcher = asyncio.create_task(self._watch_nodes(node_ids))
+        try:
+            first = True
+            for job in jobs:
+                if job.status in ("succeeded", "failed"):
+                    continue
+                if not first and workload.measurement.cache_state == "empty":
+                    await self._stop_stacks(state, pairs)
+                    generation += 1
+                    deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
+                    pairs = list(zip(node_ids, deps, strict=True))
+                first = False
+                await self._run_job(state, workload, job, endpoints, watcher)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RunFailedError):
+                await watcher
+            await asyncio.shield(self._stop_stacks(state, pairs))
+
+    async def _run_job(self, state: RunState, workload: Workload, job: JobState, endpoints: list[EngineEndpoint],
+                       watcher: asyncio.Task[None]) -> None:
+        duration = workload.effective_load_duration_s()
+        future = self._expect(f"job:{job.job_id}")
+        if job.status != "running":  # a resumed running job is already in a load generator's hands
+            job.status = "running"
+            await self.save(state)
+            await self.bus.publish(RunLoad(
+                run_id=state.run_id, job_id=job.job_id, workload=workload.name, model=workload.model,
+                endpoints=endpoints, traffic=workload.traffic.model_dump(mode="json"), load_level=job.load_level,
+                duration_s=duration, warmup_s=workload.measurement.warmup_s, routing=workload.measurement.routing,
+                seed=job.repeat))
+        log.info("job sent", extra={"run_id": state.run_id, "job_id": job.job_id, "workload": workload.name})
+        done, _ = await asyncio.wait([future, watcher], timeout=duration + self.settings.job_grace_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if watcher in done:
+            self._waiters.pop(f"job:{job.job_id}", None)
+            job.status, job.reason = "failed", NODE_UNRESPONSIVE["message"]
+            watcher.result()  # raises RunFailedError(node_unresponsive)
+        if future not in done:
+            self._waiters.pop(f"job:{job.job_id}", None)
+            job.status, job.reason = "failed", "no load generator finished the job in time"
+        else:
+            event = future.result()
+            if isinstance(event, JobFinished):
+                job.status, job.progress = "succeeded", 1.0
+            elif isinstance(event, JobFailed):
+                job.status, job.reason = "failed", event.reason
+        await self.save(state)

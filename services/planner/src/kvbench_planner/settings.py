@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from kvbench_core.settings import ServiceSettings
+
+__all__ = ["PlannerSettings"]
+
+
+class PlannerSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="KVBENCH_PLANNER_", extra="ignore", frozen=True)
+
+    host: str = Field("127.0.0.1", description="Address the REST API listens on")
+    port: int = Field(8700, ge=1, le=65535, description="Port of the REST API")
+    api_token: SecretStr | None = Field(None, description="Bearer token for mutating endpoints; unset = no auth")
+    stack_ready_timeout_s: float = Field(300.0, gt=0, description="How long a stack may take to become healthy")
+    job_grace_s: float = Field(240.0, gt=0, description="Slack after a job's load end before it is failed")
+    node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")
+
+    @field_validator("api_token")
+    @classmethod
+    def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value() in ("", "changethis", "changeme"):
+            raise ValueError("KVBENCH_PLANNER_API_TOKEN is a placeholder; set a real token or leave it unset")
+        return value

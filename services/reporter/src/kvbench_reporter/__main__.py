@@ -1,0 +1,3 @@
+from kvbench_reporter.service import main
+
+main()

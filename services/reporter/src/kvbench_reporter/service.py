@@ -1,0 +1,153 @@
+"""The reporter: the only writer to PostgreSQL; builds and serves reports."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from kvbench_contracts.envelope import Envelope, utc_now
+from kvbench_contracts.events import EngineSampled, RecordsBatch
+from kvbench_core.bus import Bus
+from kvbench_core.logging import configure_logging
+from kvbench_core.metrics import metric_name, new_registry, ops_server
+from kvbench_core.service import run_service
+from kvbench_core.settings import load_settings
+from kvbench_reporter.html import render_html
+from kvbench_reporter.ingest import CONTROL_MODELS, Ingestor
+from kvbench_reporter.report import build_report, records_complete
+from kvbench_reporter.settings import ReporterSettings
+from kvbench_reporter.store import Store
+
+__all__ = ["Reporter", "main", "run"]
+
+log = logging.getLogger("kvbench_reporter")
+
+
+class Reporter:
+    def __init__(self, store: Store, settings: ReporterSettings, registry: CollectorRegistry) -> None:
+        self.store = store
+        self.settings = settings
+        self.ingestor = Ingestor(store, self.on_run_finished)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.m_records = Counter(metric_name("reporter", "records_ingested", "total"), "Request records stored",
+                                 registry=registry)
+        self.m_lag = Gauge(metric_name("reporter", "ingest_lag", "seconds"),
+                           "Age of the newest ingested batch when it was written", ["stream"], registry=registry)
+        self.m_reports = Counter(metric_name("reporter", "reports_built", "total"), "Reports built", registry=registry)
+
+    def _lag(self, stream: str, events: Sequence[Envelope]) -> None:
+        if events:
+            newest = max(e.occurred_at for e in events)
+            self.m_lag.labels(stream).set(max(0.0, (utc_now() - newest).total_seconds()))
+
+    async def on_control(self, events: list[Envelope]) -> None:
+        await self.ingestor.control(events)
+        self._lag("control", events)
+
+    async def on_records(self, batches: list[Envelope]) -> None:
+        await self.ingestor.records(batches)
+        self.m_records.inc(sum(len(b.records) for b in batches if isinstance(b, RecordsBatch)))
+        self._lag("records", batches)
+
+    async def on_telemetry(self, samples: list[Envelope]) -> None:
+        await self.store.insert_engine_samples([s for s in samples if isinstance(s, EngineSampled)])
+        self._lag("telemetry", samples)
+
+    async def on_run_finished(self, run_id: str) -> None:
+        task = asyncio.create_task(self.finalize(run_id), name=f"report:{run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def finalize(self, run_id: str) -> None:
+        """Wait until every finished job's records are stored, then build and keep the report."""
+        deadline = time.monotonic() + self.settings.completeness_timeout_s
+        while not await records_complete(self.store, run_id) and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+        await self.build(run_id)
+
+    async def build(self, run_id: str) -> tuple[dict[str, object], str] | None:
+        report = await build_report(self.store, run_id)
+        if report is None:
+            return None
+        html = render_html(report)
+        await self.store.save_report(run_id, report, html)
+        self.m_reports.inc()
+        log.info("report built", extra={"run_id": run_id, "workloads": len(report["workloads"])})
+        return report, html
+
+    async def report_for(self, run_id: str) -> tuple[dict[str, object], str] | None:
+        stored = await self.store.load_report(run_id)
+        if stored is not None:
+            return stored
+        run = await self.store.run(run_id)
+        if run is None or run["finished_at"] is None:
+            return None
+        return await self.build(run_id)
+
+    def routes(self) -> list[web.RouteDef]:
+        async def report_json(request: web.Request) -> web.Response:
+            run_id = request.match_info["run_id"]
+            found = await self.report_for(run_id)
+            if found is None:
+                return await self._not_ready(run_id)
+            return web.json_response(found[0])
+
+        async def report_html(request: web.Request) -> web.Response:
+            run_id = request.match_info["run_id"]
+            found = await self.report_for(run_id)
+            if found is None:
+                return await self._not_ready(run_id)
+            return web.Response(text=found[1], content_type="text/html")
+
+        return [web.get("/v1/runs/{run_id}/report", report_json),
+                web.get("/v1/runs/{run_id}/report.html", report_html)]
+
+    async def _not_ready(self, run_id: str) -> web.Response:
+        run = await self.store.run(run_id)
+        if run is None:
+            return web.json_response({"detail": f"no run {run_id} (yet)"}, status=404)
+        return web.json_response({"detail": f"run {run_id} is {run['status']}; the report comes when it ends"},
+                                 status=409)
+
+    async def drain(self) -> None:
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task
+
+
+async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
+    registry = new_registry()
+    async with AsyncExitStack() as stack:
+        store = await Store.open(settings.database_url)
+        stack.push_async_callback(store.close)
+        bus = await stack.enter_async_context(
+            Bus.connect(settings.nats_url, name="reporter", registry=registry, service="reporter"))
+        reporter = Reporter(store, settings, registry)
+
+        async def healthy() -> bool:
+            return bus.nc.is_connected
+
+        await stack.enter_async_context(
+            ops_server(registry, settings.port, healthy, host=settings.host, extra_routes=reporter.routes()))
+        bus.subscribe_batch(CONTROL_MODELS, reporter.on_control, durable="reporter-control",
+                            stream="KVBENCH_CONTROL", batch=200)
+        bus.subscribe_batch([RecordsBatch], reporter.on_records, durable="reporter-records",
+                            stream="KVBENCH_RECORDS", batch=50)
+        bus.subscribe_batch([EngineSampled], reporter.on_telemetry, durable="reporter-telemetry",
+                            filter_subject="kvbench.engine.>", batch=200)
+        log.info("reporter ready", extra={"port": settings.port})
+        await stop.wait()
+        await reporter.drain()
+
+
+def main() -> None:
+    settings = load_settings(ReporterSettings)
+    configure_logging("reporter", settings.log_level, settings.log_json)
+    run_service(lambda stop: run(settings, stop))

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from kvbench_core.settings import ServiceSettings
+
+__all__ = ["ReporterSettings"]
+
+
+class ReporterSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="KVBENCH_REPORTER_", extra="ignore", frozen=True)
+
+    database_url: str = Field(validation_alias="KVBENCH_DATABASE_URL", description="PostgreSQL DSN")
+    host: str = Field("127.0.0.1", description="Address of the report HTTP server")
+    port: int = Field(8701, ge=1, le=65535, description="Port of the report HTTP server")
+    completeness_timeout_s: float = Field(60.0, gt=0, description="Wait this long for a job's records to arrive")
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres(cls, value: str) -> str:
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("KVBENCH_DATABASE_URL must be a postgresql:// DSN")
+        return value

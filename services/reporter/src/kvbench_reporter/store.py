@@ -1,0 +1,157 @@
+"""PostgreSQL access: migrations, idempotent bulk writes (COPY into staging, then merge), report reads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import asyncpg
+
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.events import EngineSampled
+from kvbench_contracts.records import RequestRecord
+
+__all__ = ["Store", "apply_migrations"]
+
+_RECORD_COLUMNS = (
+    "job_id", "request_id", "run_id", "workload", "session_id", "turn", "start_s", "ttft_s", "e2e_s",
+    "chunk_times_s", "chunk_tokens", "prompt_tokens", "output_tokens", "cached_tokens", "ok", "error", "shard",
+)
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("kvbench_reporter").joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            found.append((int(entry.name.split("_", 1)[0]), entry.read_text()))
+    return sorted(found)
+
+
+async def apply_migrations(conn: asyncpg.Connection) -> list[int]:
+    """Apply each migration once, in order, under an advisory lock (several reporters may start)."""
+    applied: list[int] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(7217001)")
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        for version, sql in _migrations():
+            if version in done:
+                continue
+            await conn.execute(sql)
+            await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            applied.append(version)
+    return applied
+
+
+def _ids(event: Envelope) -> tuple[str | None, str | None, str | None]:
+    return (getattr(event, "run_id", None), getattr(event, "job_id", None), getattr(event, "node_id", None))
+
+
+class Store:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def open(cls, dsn: str) -> Store:
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=8)
+        async with pool.acquire() as conn:
+            await apply_migrations(conn)
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    # -- writes -------------------------------------------------------------------------------
+    async def insert_events(self, conn: asyncpg.Connection, events: Sequence[Envelope]) -> None:
+        rows = []
+        for event in events:
+            run_id, job_id, node_id = _ids(event)
+            rows.append((event.event_id, event.schema_name, event.subject(), run_id, job_id, node_id,
+                         event.occurred_at, event.model_dump_json(by_alias=True)))
+        await conn.executemany(
+            "INSERT INTO events (event_id, schema, subject, run_id, job_id, node_id, occurred_at, payload) "
+            "VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb) ON CONFLICT (event_id) DO NOTHING",
+            rows,
+        )
+
+    async def insert_records(self, run_id: str, records: Sequence[RequestRecord]) -> int:
+        """COPY into a session-private staging table, then merge; duplicates are skipped."""
+        if not records:
+            return 0
+        rows = [
+            (r.job_id, r.request_id, run_id, r.workload, r.session_id, r.turn, r.start_s, r.ttft_s, r.e2e_s,
+             list(r.chunk_times_s), list(r.chunk_tokens), r.prompt_tokens, r.output_tokens, r.cached_tokens, r.ok,
+             r.error, r.shard)
+            for r in records
+        ]
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS staging_records "
+                "(LIKE request_records INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+            )
+            await conn.copy_records_to_table("staging_records", records=rows, columns=_RECORD_COLUMNS)
+            result = await conn.execute(
+                f"INSERT INTO request_records ({', '.join(_RECORD_COLUMNS)}) "  # noqa: S608 (fixed column list)
+                f"SELECT {', '.join(_RECORD_COLUMNS)} FROM staging_records "
+                "ON CONFLICT (job_id, request_id) DO NOTHING"
+            )
+        return int(result.split()[-1])
+
+    async def insert_engine_samples(self, samples: Sequence[EngineSampled]) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.executemany(
+                "INSERT INTO engine_samples (event_id, run_id, node_id, engine_id, sampled_at, samples) "
+                "VALUES ($1,$2,$3,$4,$5,$6::jsonb) ON CONFLICT (event_id) DO NOTHING",
+                [(s.event_id, s.run_id, s.node_id, s.engine_id, s.occurred_at, json.dumps(s.values)) for s in samples],
+            )
+
+    # -- reads --------------------------------------------------------------------------------
+    async def run(self, run_id: str) -> asyncpg.Record | None:
+        return await self.pool.fetchrow("SELECT * FROM runs WHERE run_id = $1", run_id)
+
+    async def jobs(self, run_id: str) -> list[asyncpg.Record]:
+        return list(await self.pool.fetch(
+            "SELECT * FROM jobs WHERE run_id = $1 ORDER BY workload, load_level, repeat", run_id))
+
+    async def workloads(self, run_id: str) -> list[asyncpg.Record]:
+        return list(await self.pool.fetch("SELECT * FROM workloads WHERE run_id = $1", run_id))
+
+    async def record_counts(self, run_id: str) -> dict[str, int]:
+        rows = await self.pool.fetch(
+            "SELECT job_id, count(*) AS n FROM request_records WHERE run_id = $1 GROUP BY job_id", run_id)
+        return {r["job_id"]: int(r["n"]) for r in rows}
+
+    async def records(self, job_id: str) -> list[RequestRecord]:
+        rows = await self.pool.fetch(
+            f"SELECT {', '.join(c for c in _RECORD_COLUMNS if c != 'run_id')} "  # noqa: S608 (fixed columns)
+            "FROM request_records WHERE job_id = $1 ORDER BY start_s", job_id)
+        return [RequestRecord.model_validate(dict(r)) for r in rows]
+
+    async def engine_samples(self, run_id: str, start: datetime, end: datetime) -> list[asyncpg.Record]:
+        return list(await self.pool.fetch(
+            "SELECT engine_id, node_id, sampled_at, samples FROM engine_samples WHERE run_id = $1 "
+            "AND sampled_at BETWEEN $2 AND $3 ORDER BY engine_id, sampled_at", run_id, start, end))
+
+    async def events(self, run_id: str) -> list[asyncpg.Record]:
+        return list(await self.pool.fetch(
+            "SELECT schema, subject, occurred_at, node_id, job_id, payload FROM events WHERE run_id = $1 "
+            "AND schema <> 'kvbench.job.progressed/1' ORDER BY occurred_at", run_id))
+
+    async def save_report(self, run_id: str, report: dict[str, Any], html: str) -> None:
+        await self.pool.execute(
+            "INSERT INTO reports (run_id, report, html) VALUES ($1, $2::jsonb, $3) "
+            "ON CONFLICT (run_id) DO UPDATE SET report = EXCLUDED.report, html = EXCLUDED.html, created_at = now()",
+            run_id, json.dumps(report), html)
+
+    async def load_report(self, run_id: str) -> tuple[dict[str, Any], str] | None:
+        row = await self.pool.fetchrow("SELECT report, html FROM reports WHERE run_id = $1", run_id)
+        if row is None:
+            return None
+        return json.loads(row["report"]), str(row["html"])

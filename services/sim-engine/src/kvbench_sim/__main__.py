@@ -1,0 +1,3 @@
+from kvbench_sim.cli import main
+
+main()

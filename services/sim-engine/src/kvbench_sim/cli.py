@@ -1,0 +1,78 @@
+"""``python -m kvbench_sim serve``: one simulated engine on one port (what the node agent starts)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from aiohttp import web
+
+from kvbench_sim.engine import Engine
+from kvbench_sim.profiles import EngineConfig, load_profile
+from kvbench_sim.server import PacedEngine, build_app
+
+__all__ = ["main"]
+
+log = logging.getLogger("kvbench_sim")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvbench-sim", description="Simulated vLLM-compatible engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve one simulated engine over HTTP")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument("--model", default="Qwen/Qwen3-8B")
+    serve.add_argument("--gpu", default="L40S")
+    serve.add_argument("--tensor-parallel-size", type=int, default=1)
+    serve.add_argument("--no-enable-prefix-caching", dest="prefix_caching", action="store_false")
+    serve.add_argument("--block-size", type=int, default=16)
+    serve.add_argument("--max-num-seqs", type=int, default=256)
+    serve.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    serve.add_argument("--kv-cache-gb", type=float, default=None)
+    serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
+    serve.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s kvbench-sim %(message)s")
+    try:
+        profile = load_profile(
+            args.gpu,
+            args.model,
+            EngineConfig(
+                block_size=args.block_size,
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                gpu_memory_utilization=args.gpu_memory_utilization,
+                prefix_caching=args.prefix_caching,
+                tensor_parallel_size=args.tensor_parallel_size,
+                kv_cache_gb=args.kv_cache_gb,
+            ),
+        )
+        engine = Engine(profile, seed=args.seed)
+    except ValueError as exc:
+        sys.stderr.write(f"kvbench-sim: {exc}\n")
+        raise SystemExit(2) from None
+    # the same line vLLM prints; the node agent reads the effective block size from it
+    log.info("Setting attention block size to %d tokens", profile.engine.block_size)
+    log.info(
+        "GPU KV cache size: %d tokens (%d blocks); prefix caching %s",
+        engine.pool.num_blocks * profile.engine.block_size,
+        engine.pool.num_blocks,
+        "on" if profile.engine.prefix_caching else "off",
+    )
+    paced = PacedEngine(engine, speed=args.speed)
+    app = build_app(paced, args.model, seed=args.seed)
+    try:
+        import uvloop  # noqa: PLC0415  (optional speed-up)
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)

@@ -1,0 +1,55 @@
+"""vLLM's metric names (reference/stacks.md section 0), so a simulated engine scrapes like a real one."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from kvbench_sim.engine import Engine
+
+__all__ = ["VllmMetrics"]
+
+_LAT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
+
+
+class VllmMetrics:
+    def __init__(self, model: str, engine_index: str = "0") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["model_name", "engine"]
+        self._lv = (model, engine_index)
+        r = self.registry
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed", labels, registry=r)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generation tokens", labels, registry=r)
+        self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, tokens", labels, registry=r)
+        self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, tokens", labels, registry=r)
+        self.cached_by_source = Counter(
+            "vllm:prompt_tokens_cached_by_source", "Cached prompt tokens by source", [*labels, "source"], registry=r
+        )
+        self.preemptions = Counter("vllm:num_preemptions", "Preemptions", labels, registry=r)
+        self.success = Counter("vllm:request_success", "Finished requests", [*labels, "finished_reason"], registry=r)
+        self.running = Gauge("vllm:num_requests_running", "Requests running", labels, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", labels, registry=r)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage, 0..1", labels, registry=r)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "TTFT (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "E2E latency (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
+        )
+        self._last = (0, 0, 0, 0, 0)
+
+    def refresh(self, engine: Engine) -> None:
+        """Move the counters up to the engine's totals (the engine core keeps plain integers)."""
+        c = engine.counters
+        now = (c.prompt_tokens, c.generation_tokens, c.prefix_queries, c.prefix_hits, c.preemptions)
+        deltas = [a - b for a, b in zip(now, self._last, strict=True)]
+        lv = self._lv
+        self.prompt_tokens.labels(*lv).inc(deltas[0])
+        self.generation_tokens.labels(*lv).inc(deltas[1])
+        self.prefix_queries.labels(*lv).inc(deltas[2])
+        self.prefix_hits.labels(*lv).inc(deltas[3])
+        self.cached_by_source.labels(*lv, "device").inc(deltas[3])
+        self.preemptions.labels(*lv).inc(deltas[4])
+        self._last = now
+        self.running.labels(*lv).set(len(engine.running))
+        self.waiting.labels(*lv).set(len(engine.waiting))
+        self.kv_usage.labels(*lv).set(engine.pool.usage)

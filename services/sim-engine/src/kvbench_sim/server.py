@@ -1,0 +1,236 @@
+"""Server mode: an OpenAI-compatible HTTP surface over the engine core, paced to the wall clock.
+
+Each engine step is computed in virtual time and its tokens are released when the wall clock (times
+``speed``) reaches the step's end, so timings do not depend on how fast this machine is; only pacing can
+slip, and slips are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kvbench_sim.engine import Engine, SimRequest, TokenEvent
+from kvbench_sim.metrics import VllmMetrics
+from kvbench_sim.text import chat_to_prompt, output_words, tokenize
+
+__all__ = ["PacedEngine", "build_app"]
+
+log = logging.getLogger(__name__)
+
+
+class PacedEngine:
+    def __init__(self, engine: Engine, speed: float = 1.0) -> None:
+        self.engine = engine
+        self.speed = speed
+        self._t0 = time.monotonic()
+        self._clock_s = 0.0
+        self._queues: dict[str, asyncio.Queue[TokenEvent]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.late_steps = 0
+
+    def now_s(self) -> float:
+        return (time.monotonic() - self._t0) * self.speed
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="sim-engine-steps")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def submit(self, request: SimRequest) -> asyncio.Queue[TokenEvent]:
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self._queues[request.request_id] = queue
+        self.engine.add(request)
+        self._wake.set()
+        return queue
+
+    def abort(self, request_id: str) -> None:
+        self.engine.abort(request_id)
+        self._queues.pop(request_id, None)
+
+    async def _run(self) -> None:
+        while True:
+            plan = self.engine.schedule()
+            if plan is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            start = max(self._clock_s, self.now_s())
+            end = start + plan.duration_s
+            delay = self._t0 + end / self.speed - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif delay < -0.005:
+                self.late_steps += 1
+            self._clock_s = end
+            for event in self.engine.complete(plan, end):
+                queue = self._queues.get(event.request_id)
+                if queue is not None:
+                    queue.put_nowait(event)
+                if event.finished:
+                    self._queues.pop(event.request_id, None)
+
+
+def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise web.HTTPBadRequest(text=json.dumps({"error": "messages: a non-empty list is required"}))
+        return tokenize(chat_to_prompt(messages))
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        return [str(t) for t in prompt]
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise web.HTTPBadRequest(text=json.dumps({"error": "prompt: a non-empty string is required"}))
+    return tokenize(prompt)
+
+
+def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
+    metrics = VllmMetrics(model)
+    slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
+    counter = {"n": 0}
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "kvbench-sim"}]}
+        )
+
+    async def metrics_endpoint(_: web.Request) -> web.Response:
+        metrics.refresh(paced.engine)
+        slips.inc(paced.late_steps - slips._value.get())
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def reset_prefix_cache(_: web.Request) -> web.Response:
+        dropped = paced.engine.pool.reset()
+        return web.json_response({"dropped_blocks": dropped})
+
+    async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            raise web.HTTPBadRequest(text=json.dumps({"error": "body: invalid JSON"})) from None
+        if not isinstance(body, dict):
+            raise web.HTTPBadRequest(text=json.dumps({"error": "body: a JSON object is required"}))
+        tokens = _prompt_tokens(body, chat)
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        engine = paced.engine
+        if engine._blocks_for(len(tokens) + max_tokens) > engine.pool.num_blocks:
+            raise web.HTTPBadRequest(text=json.dumps({"error": "prompt plus max_tokens exceed the KV cache"}))
+        counter["n"] += 1
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{counter['n']}"
+        sim_req = SimRequest(rid, tokens, max_tokens, arrival_s=paced.now_s())
+        words = output_words(tokens, max_tokens, seed)
+        queue = paced.submit(sim_req)
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        stream = bool(body.get("stream"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def usage() -> dict[str, Any]:
+            return {
+                "prompt_tokens": len(tokens),
+                "completion_tokens": sim_req.output,
+                "total_tokens": len(tokens) + sim_req.output,
+                "prompt_tokens_details": {"cached_tokens": sim_req.cached_tokens},
+            }
+
+        def choice(text: str, finish: str | None) -> dict[str, Any]:
+            if chat:
+                return {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+        if not stream:
+            while True:
+                event = await queue.get()
+                if event.finished:
+                    break
+            text = " " + " ".join(words[: sim_req.output])
+            metrics.e2e.labels(model, "0").observe(paced.now_s() - sim_req.arrival_s)
+            message: dict[str, Any] = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": "length"}
+            )
+            return web.json_response(
+                {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
+                 "model": model, "choices": [message], "usage": usage()}
+            )
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+
+        async def send(payload: dict[str, Any] | str) -> None:
+            data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+            await response.write(b"data: " + data.encode() + b"\n\n")
+
+        try:
+            if chat:
+                await send({"id": rid, "object": obj, "created": created, "model": model,
+                            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                         "logprobs": None, "finish_reason": None}]})
+            while True:
+                event = await queue.get()
+                if event.index == 0:
+                    metrics.ttft.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
+                finish = "length" if event.finished else None
+                await send({"id": rid, "object": obj, "created": created, "model": model,
+                            "choices": [choice(" " + words[event.index], finish)]})
+                if event.finished:
+                    metrics.e2e.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
+                    metrics.success.labels(model, "0", "length").inc()
+                    break
+            if include_usage:
+                await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+                            "usage": usage()})
+            await send("[DONE]")
+        except (ConnectionResetError, asyncio.CancelledError):
+            paced.abort(rid)
+            raise
+        return response
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await generate(request, chat=False)
+
+    async def chat_completions(request: web.Request) -> web.StreamResponse:
+        return await generate(request, chat=True)
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes(
+        [
+            web.get("/health", health),
+            web.get("/v1/models", models),
+            web.get("/metrics", metrics_endpoint),
+            web.post("/reset_prefix_cache", reset_prefix_cache),
+            web.post("/v1/completions", completions),
+            web.post("/v1/chat/completions", chat_completions),
+        ]
+    )
+
+    async def on_startup(_: web.Application) -> None:
+        paced.start()
+
+    async def on_cleanup(_: web.Application) -> None:
+        await paced.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app

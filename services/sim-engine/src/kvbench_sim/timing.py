@@ -1,0 +1,50 @@
+"""Step time of one engine iteration: roofline plus correction (reference/simulator.md section 3).
+
+Within one step, prefill chunks and decodes share the step time; that single fact is what makes long
+prefills raise the inter-token latency of a colocated engine.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+from kvbench_sim.profiles import Profile
+
+__all__ = ["StepTimer"]
+
+
+class StepTimer:
+    def __init__(self, profile: Profile, seed: int = 0) -> None:
+        self.p = profile
+        self._rng = random.Random(seed)
+        cv = profile.gpu.eff.jitter_cv
+        self._sigma = math.sqrt(math.log(1 + cv * cv)) if cv > 0 else 0.0
+
+    def step_s(self, prefill_chunks: Sequence[tuple[int, int]], decode_ctx_sum: int, num_decodes: int) -> float:
+        """``prefill_chunks``: (new tokens, prefix tokens already in KV) per chunk."""
+        gpu, model, eff = self.p.gpu, self.p.model, self.p.gpu.eff
+        tp = self.p.engine.tensor_parallel_size
+        flops = gpu.tflops_bf16 * 1e12 * tp
+        bw = gpu.hbm_tbps * 1e12 * tp * eff.bw_eff
+        tokens = sum(c for c, _ in prefill_chunks) + num_decodes
+        if tokens == 0:
+            return 0.0
+        mfu = eff.mfu_max * tokens / (tokens + eff.t_half)
+        t_lin = max(2 * model.params_active * tokens / (flops * mfu), model.weight_bytes / bw)
+        attn_flops = sum(
+            4 * model.layers * model.q_heads * model.head_dim * c * (p + c / 2) for c, p in prefill_chunks
+        )
+        t_attn = attn_flops / (flops * eff.mfu_attn) + decode_ctx_sum * model.kv_bytes_per_token / bw
+        t_comm = 0.0
+        if tp > 1:
+            act_bytes = tokens * model.q_heads * model.head_dim * 2
+            t_comm = 2 * model.layers * (25e-6 + act_bytes / 450e9)
+        fixed = eff.t0_ms / 1e3 + model.layers * eff.tau_layer_us / 1e6
+        if prefill_chunks:
+            fixed += eff.prefill_fixed_ms / 1e3
+        base = fixed + t_lin + t_attn + t_comm
+        if self._sigma:
+            base *= self._rng.lognormvariate(-self._sigma * self._sigma / 2, self._sigma)
+        return base

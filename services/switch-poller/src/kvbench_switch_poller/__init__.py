@@ -1,0 +1,1 @@
+"""kvbench_switch_poller"""

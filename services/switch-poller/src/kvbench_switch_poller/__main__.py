@@ -1,0 +1,3 @@
+from kvbench_switch_poller.service import main
+
+main()
