@@ -50,6 +50,8 @@ def fetch_report(endpoints: Endpoints, run_id: str, html: bool = False, wait_s: 
             if response.status_code == 200:
                 return response.text if html else response.json()
             if response.status_code not in (404, 409) or time.monotonic() > deadline:
-                raise ApiError(f"report of {run_id}: HTTP {response.status_code}: {response.text[:300]}",
-                               response.status_code)
+                raise ApiError(
+                    f"report of {run_id}: HTTP {response.status_code}: {response.text[:300]}",
+                    response.status_code,
+                )
             time.sleep(0.5)

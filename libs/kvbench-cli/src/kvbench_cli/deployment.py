@@ -80,8 +80,14 @@ class LocalDeployment:
         if self.load() is not None:
             raise StartupError(f"kvbench is already up (state in {self.state_path}); run `kvbench down` first")
         log_dir = self.state_dir / "logs"
-        state = DeploymentState(state_dir=str(self.state_dir), nats_url=nats_url or "", database_url=database_url or "",
-                                api_url="", report_url="", sim_machines=sim_machines)
+        state = DeploymentState(
+            state_dir=str(self.state_dir),
+            nats_url=nats_url or "",
+            database_url=database_url or "",
+            api_url="",
+            report_url="",
+            sim_machines=sim_machines,
+        )
         try:
             if not nats_url:
                 nats = EmbeddedNats(self.state_dir / "nats").start()
@@ -108,8 +114,7 @@ class LocalDeployment:
 
             def start(name: str, module: str, health: str | None, extra: dict[str, str] | None = None) -> None:
                 log = log_dir / f"{name}.log"
-                proc = spawn([sys.executable, "-m", module], log, {**env, **(extra or {})},
-                             tie_to_parent=tie_to_parent)
+                proc = spawn([sys.executable, "-m", module], log, {**env, **(extra or {})}, tie_to_parent=tie_to_parent)
                 state.services.append(ServiceRecord(name, proc.pid, str(log), health))
                 state.save(self.state_path)
 
@@ -118,12 +123,17 @@ class LocalDeployment:
             start("loadgen", "kvbench_loadgen", None, {"KVBENCH_LOADGEN_SHARD_ID": "loadgen-0"})
             start("switch-poller", "kvbench_switch_poller", None)
             for i in range(sim_machines):
-                start(f"node-agent-sim-{i}", "kvbench_node_agent", None, {
-                    "KVBENCH_NODE_AGENT_NODE_ID": f"sim-{i}",
-                    "KVBENCH_NODE_AGENT_SIMULATED": "true",
-                    "KVBENCH_NODE_AGENT_GROUP": "sim",
-                    "KVBENCH_NODE_AGENT_STATE_DIR": str(self.state_dir / "node-agent"),
-                })
+                start(
+                    f"node-agent-sim-{i}",
+                    "kvbench_node_agent",
+                    None,
+                    {
+                        "KVBENCH_NODE_AGENT_NODE_ID": f"sim-{i}",
+                        "KVBENCH_NODE_AGENT_SIMULATED": "true",
+                        "KVBENCH_NODE_AGENT_GROUP": "sim",
+                        "KVBENCH_NODE_AGENT_STATE_DIR": str(self.state_dir / "node-agent"),
+                    },
+                )
             self._wait_ready(state)
         except BaseException:
             self.down()
@@ -152,8 +162,10 @@ class LocalDeployment:
                     if len(nodes) >= state.sim_machines:
                         return
                 if time.monotonic() > deadline:
-                    raise StartupError("the simulated machines' agents did not register in time; see "
-                                       f"{state.state_dir}/logs/node-agent-*.log")
+                    raise StartupError(
+                        "the simulated machines' agents did not register in time; see "
+                        f"{state.state_dir}/logs/node-agent-*.log"
+                    )
                 time.sleep(0.1)
 
     def down(self) -> list[str]:

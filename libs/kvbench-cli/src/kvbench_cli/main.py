@@ -47,14 +47,32 @@ def _ms(stats: dict[str, Any] | None, key: str) -> str:
 
 def print_comparison(report: dict[str, Any]) -> None:
     table = Table(title=f"kvbench {report['plan_name']} · run {report['run_id']} · {report['status']}")
-    for column in ("workload", "stack", "verdict", "requests", "measured", "TTFT p50 ms", "TTFT p90 ms",
-                   "TTFT p99 ms", "TPOT p50 ms", "output tok/s", "cached prompt tokens"):
+    for column in (
+        "workload",
+        "stack",
+        "verdict",
+        "requests",
+        "measured",
+        "TTFT p50 ms",
+        "TTFT p90 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "output tok/s",
+        "cached prompt tokens",
+    ):
         table.add_column(column, justify="left" if column in ("workload", "stack", "verdict") else "right")
     for w in report["workloads"]:
         ratio = w.get("cache_hit_ratio")
         table.add_row(
-            w["name"], w["stack"], w["validity"]["verdict"], f"{w['requests']:,}", f"{w['requests_measured']:,}",
-            _ms(w["ttft_ms"], "p50"), _ms(w["ttft_ms"], "p90"), _ms(w["ttft_ms"], "p99"), _ms(w["tpot_ms"], "p50"),
+            w["name"],
+            w["stack"],
+            w["validity"]["verdict"],
+            f"{w['requests']:,}",
+            f"{w['requests_measured']:,}",
+            _ms(w["ttft_ms"], "p50"),
+            _ms(w["ttft_ms"], "p90"),
+            _ms(w["ttft_ms"], "p99"),
+            _ms(w["tpot_ms"], "p50"),
             f"{w['output_tokens_per_s']:,.1f}",
             f"{w['cached_prompt_tokens']:,}" + (f" ({ratio:.0%})" if ratio is not None else ""),
         )
@@ -80,8 +98,11 @@ def print_refusal(body: dict[str, Any]) -> None:
 # -- commands -----------------------------------------------------------------------------------
 def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[str, dict[str, Any] | None]:
     with httpx.Client(timeout=30.0) as client:
-        response = client.post(f"{endpoints.api_url}/v1/runs", content=plan_text.encode(),
-                               headers={"Content-Type": "application/yaml", **endpoints.headers()})
+        response = client.post(
+            f"{endpoints.api_url}/v1/runs",
+            content=plan_text.encode(),
+            headers={"Content-Type": "application/yaml", **endpoints.headers()},
+        )
         if response.status_code == 422:
             body = response.json()
             if "errors" not in body:  # a framework-level 422, not a plan review
@@ -97,22 +118,33 @@ def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[s
         if not wait:
             return run_id, None
         status: dict[str, Any] = {}
-        with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                      console=console, transient=False) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
             task = progress.add_task("starting", total=1.0)
             while True:
                 status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}").json()
                 running = [j for j in status["jobs"] if j["status"] == "running"]
-                label = (f"{status['status']} · {running[0]['workload']} (load {running[0]['load_level']:g}, "
-                         f"repeat {running[0]['repeat'] + 1}) · {running[0]['requests']} requests"
-                         if running else status["status"])
+                label = (
+                    f"{status['status']} · {running[0]['workload']} (load {running[0]['load_level']:g}, "
+                    f"repeat {running[0]['repeat'] + 1}) · {running[0]['requests']} requests"
+                    if running
+                    else status["status"]
+                )
                 progress.update(task, completed=status["progress"], description=label)
                 if status["status"] in TERMINAL:
                     break
                 time.sleep(1.0)
         for reason in status.get("reasons", []):
-            err_console.print(f"[red]{escape(str(reason.get('code')))}[/red]: "
-                              f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}")
+            err_console.print(
+                f"[red]{escape(str(reason.get('code')))}[/red]: "
+                f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}"
+            )
         return run_id, status
 
 
@@ -136,7 +168,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     state = LocalDeployment(Path(args.state_dir)).load()
     if state is None:
-        console.print("kvbench is not up (no state in %s)" % args.state_dir)
+        console.print(f"kvbench is not up (no state in {args.state_dir})")
         return 1
     table = Table(title="kvbench status")
     for column in ("service", "pid", "process", "health"):
@@ -246,8 +278,15 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     for column in ("id", "engine", "strategy", "tiers", "what to set", "vendors", "simulated"):
         table.add_column(column)
     for s in CATALOG.values():
-        table.add_row(s.id, s.engine, s.strategy, ", ".join(s.tiers), ", ".join(s.needs) or "-",
-                      ", ".join(s.vendors), "yes" if s.simulated else "")
+        table.add_row(
+            s.id,
+            s.engine,
+            s.strategy,
+            ", ".join(s.tiers),
+            ", ".join(s.needs) or "-",
+            ", ".join(s.vendors),
+            "yes" if s.simulated else "",
+        )
     console.print(table)
     return 0
 
@@ -265,7 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("down", help="stop exactly what `up` started").set_defaults(func=cmd_down)
     sub.add_parser("status", help="what `up` started, and whether it is healthy").set_defaults(func=cmd_status)
 
-    for name, func, text in (("run", cmd_run, "submit a plan"), ("report", cmd_report, "show a run's report")):
+    for name, func, text in (
+        ("run", cmd_run, "submit a plan"),
+        ("report", cmd_report, "show a run's report"),
+    ):
         p = sub.add_parser(name, help=text)
         if name == "run":
             p.add_argument("plan")

@@ -39,7 +39,9 @@ class Envelope(BaseModel):
 
     event_id: str = Field(default_factory=new_id, description="ULID; also sent as Nats-Msg-Id for dedup")
     occurred_at: datetime = Field(default_factory=utc_now, description="When the fact happened (UTC)")
-    schema_name: str = Field(default="", alias="schema", description="Schema id with version, e.g. kvbench.job.started/1")
+    schema_name: str = Field(
+        default="", alias="schema", description="Schema id with version, e.g. kvbench.job.started/1"
+    )
 
     def model_post_init(self, __context: Any) -> None:
         if not self.schema_name:

@@ -33,7 +33,12 @@ KvTier = Literal["gpu", "cpu_ram", "nvme"]
 Strategy = Literal["own_cache", "spill", "shared_pool", "split", "split_offload"]
 Orchestrator = Literal["bare_metal", "dynamo", "llm-d", "production-stack"]
 Shape = Literal[
-    "agentic_replay", "synthetic_sessions", "shared_prompt", "per_user_history", "trace_replay", "document_reuse"
+    "agentic_replay",
+    "synthetic_sessions",
+    "shared_prompt",
+    "per_user_history",
+    "trace_replay",
+    "document_reuse",
 ]
 Routing = Literal["round_robin", "session_affinity", "prefix_aware", "pd_aware"]
 CacheState = Literal["empty", "warm"]
@@ -119,7 +124,9 @@ class DocumentsSpec(StrictModel):
 
 
 class Arrivals(StrictModel):
-    mode: Literal["closed_loop", "request_rate"] = Field("closed_loop", description="Closed loop users or a request rate")
+    mode: Literal["closed_loop", "request_rate"] = Field(
+        "closed_loop", description="Closed loop users or a request rate"
+    )
     users: list[int] | None = Field(None, description="closed_loop: concurrent users per load level")
     rates: list[float] | None = Field(None, description="request_rate: requests/s per load level")
     distribution: Literal["poisson", "gamma"] = Field("poisson", description="request_rate: inter-arrival distribution")

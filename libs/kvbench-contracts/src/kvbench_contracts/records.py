@@ -25,7 +25,9 @@ class RequestRecord(BaseModel):
     ttft_s: float | None = Field(default=None, description="First content chunk minus send time; null if none")
     e2e_s: float | None = Field(default=None, description="Last content chunk minus send time; null if none")
     chunk_times_s: list[float] = Field(default_factory=list, description="Arrival of each content chunk after start_s")
-    chunk_tokens: list[int] = Field(default_factory=list, description="Tokens in each chunk, same length as chunk_times_s")
+    chunk_tokens: list[int] = Field(
+        default_factory=list, description="Tokens in each chunk, same length as chunk_times_s"
+    )
     prompt_tokens: int = Field(default=0, description="Prompt tokens (server usage when reported)")
     output_tokens: int = Field(default=0, description="Output tokens (server usage when reported)")
     cached_tokens: int | None = Field(default=None, description="usage.prompt_tokens_details.cached_tokens")

@@ -65,10 +65,10 @@ BUCKETS: tuple[KvBucket, ...] = (
 def subject_matches(pattern: str, subject: str) -> bool:
     """NATS wildcard matching: ``*`` is one token, ``>`` is one or more trailing tokens."""
     p_tokens, s_tokens = pattern.split("."), subject.split(".")
-    for i, token in enumerate(p_tokens):
-        if token == ">":
+    for i, part in enumerate(p_tokens):
+        if part == ">":
             return len(s_tokens) > i
-        if i >= len(s_tokens) or (token not in ("*", s_tokens[i])):
+        if i >= len(s_tokens) or (part not in ("*", s_tokens[i])):
             return False
     return len(p_tokens) == len(s_tokens)
 

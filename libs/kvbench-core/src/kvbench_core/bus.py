@@ -55,10 +55,16 @@ BatchHandler = Callable[[list[Envelope]], Awaitable[None]]
 class BusMetrics:
     def __init__(self, service: str, registry: CollectorRegistry) -> None:
         self.published = Counter(
-            metric_name(service, "bus_published", "total"), "Messages published", ["schema"], registry=registry
+            metric_name(service, "bus_published", "total"),
+            "Messages published",
+            ["schema"],
+            registry=registry,
         )
         self.handled = Counter(
-            metric_name(service, "bus_handled", "total"), "Messages handled and acked", ["durable"], registry=registry
+            metric_name(service, "bus_handled", "total"),
+            "Messages handled and acked",
+            ["durable"],
+            registry=registry,
         )
         self.poison = Counter(
             metric_name(service, "bus_poison_messages", "total"),
@@ -67,7 +73,9 @@ class BusMetrics:
             registry=registry,
         )
         self.nacked = Counter(
-            metric_name(service, "bus_nacked", "total"), "Messages nak'ed after a handler error", ["durable"],
+            metric_name(service, "bus_nacked", "total"),
+            "Messages nak'ed after a handler error",
+            ["durable"],
             registry=registry,
         )
 
@@ -105,9 +113,7 @@ class Bus:
     async def connect(
         cls, url: str, *, name: str, registry: CollectorRegistry | None = None, service: str | None = None
     ) -> AsyncIterator[Bus]:
-        nc = await nats.connect(
-            url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5
-        )
+        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5)
         metrics = BusMetrics(service or name, registry) if registry is not None else None
         bus = cls(nc, nc.jetstream(), metrics)
         try:
@@ -184,8 +190,9 @@ class Bus:
                 if self._metrics:
                     self._metrics.handled.labels(durable).inc()
 
-        return self._start(models, per_batch, durable, filter_subject, stream, batch, ack_wait_s, max_deliver,
-                           deliver_new)
+        return self._start(
+            models, per_batch, durable, filter_subject, stream, batch, ack_wait_s, max_deliver, deliver_new
+        )
 
     def subscribe_batch(
         self,
@@ -219,28 +226,30 @@ class Bus:
             if self._metrics:
                 self._metrics.handled.labels(durable).inc(len(items))
 
-        return self._start(models, whole_batch, durable, filter_subject, stream, batch, ack_wait_s, max_deliver,
-                           False)
+        return self._start(models, whole_batch, durable, filter_subject, stream, batch, ack_wait_s, max_deliver, False)
 
-    def _decode(self, msg: Msg, by_schema: dict[str, type[Envelope]], durable: str) -> Envelope | None | bool:
+    def _decode(self, msg: Msg, by_schema: dict[str, type[Envelope]], durable: str) -> Envelope | bool | None:
         """The event, None for a schema we do not handle, False for poison."""
         try:
             raw: Any = json.loads(msg.data)
-            schema = raw.get("schema") if isinstance(raw, dict) else None
-            if not isinstance(schema, str):
-                raise ValueError("no schema field")
-            model = by_schema.get(schema)
-            if model is None:
-                return None
+        except ValueError as exc:
+            return self._poison(msg, durable, f"not JSON: {exc}")
+        schema = raw.get("schema") if isinstance(raw, dict) else None
+        if not isinstance(schema, str):
+            return self._poison(msg, durable, "no schema field")
+        model = by_schema.get(schema)
+        if model is None:
+            return None
+        try:
             return model.model_validate(raw)
-        except (ValueError, ValidationError) as exc:
-            log.error(
-                "poison message terminated",
-                extra={"durable": durable, "subject": msg.subject, "error": str(exc)[:300]},
-            )
-            if self._metrics:
-                self._metrics.poison.labels(durable).inc()
-            return False
+        except ValidationError as exc:
+            return self._poison(msg, durable, str(exc))
+
+    def _poison(self, msg: Msg, durable: str, error: str) -> bool:
+        log.error("poison message terminated", extra={"durable": durable, "subject": msg.subject, "error": error[:300]})
+        if self._metrics:
+            self._metrics.poison.labels(durable).inc()
+        return False
 
     def _start(
         self,

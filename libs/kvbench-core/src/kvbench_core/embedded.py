@@ -129,7 +129,16 @@ class EmbeddedNats:
         self.log_path = self.data_dir / "nats.log"
         with open(self.log_path, "ab") as log_file:
             proc = subprocess.Popen(
-                [find_nats_server(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.data_dir)],
+                [
+                    find_nats_server(),
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-js",
+                    "-sd",
+                    str(self.data_dir),
+                ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -177,22 +186,52 @@ class EmbeddedPostgres:
             shutil.chown(self.base_dir, "postgres", "postgres")
         if not (self.data_dir / "PG_VERSION").exists():
             subprocess.run(
-                _as_postgres([str(bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-                              "--auth=trust", "-E", "UTF8", "--no-locale", "-N"]),
-                check=True, capture_output=True,
+                _as_postgres(
+                    [
+                        str(bin_dir / "initdb"),
+                        "-D",
+                        str(self.data_dir),
+                        "-U",
+                        "postgres",
+                        "--auth=trust",
+                        "-E",
+                        "UTF8",
+                        "--no-locale",
+                        "-N",
+                    ]
+                ),
+                check=True,
+                capture_output=True,
             )
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.base_dir} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         result = subprocess.run(
-            _as_postgres([str(bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.base_dir / "pg.log"),
-                          "-w", "-t", "60", "-o", options, "start"]),
-            capture_output=True, check=False,
+            _as_postgres(
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-l",
+                    str(self.base_dir / "pg.log"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    options,
+                    "start",
+                ]
+            ),
+            capture_output=True,
+            check=False,
         )
         if result.returncode != 0:
-            log_tail = (self.base_dir / "pg.log").read_text(errors="replace")[-2000:] if (
-                self.base_dir / "pg.log").exists() else ""
+            log_tail = (
+                (self.base_dir / "pg.log").read_text(errors="replace")[-2000:]
+                if (self.base_dir / "pg.log").exists()
+                else ""
+            )
             raise RuntimeError(f"pg_ctl start failed: {result.stderr.decode(errors='replace')}\n{log_tail}")
         self.started = True
         return self
@@ -201,9 +240,9 @@ class EmbeddedPostgres:
         if self.started or (self.data_dir / "postmaster.pid").exists():
             with contextlib.suppress(ServerNotFoundError):
                 subprocess.run(
-                    _as_postgres([str(find_pg_bin() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w",
-                                  "stop"]),
-                    capture_output=True, check=False,
+                    _as_postgres([str(find_pg_bin() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"]),
+                    capture_output=True,
+                    check=False,
                 )
             self.started = False
         if remove:

@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 
 
 def to_record(
-    result: StreamResult, *, load_t0: float, job_id: str, workload: str, session_id: str | None, turn: int | None,
-    prompt_tokens: int, shard: str,
+    result: StreamResult,
+    *,
+    load_t0: float,
+    job_id: str,
+    workload: str,
+    session_id: str | None,
+    turn: int | None,
+    prompt_tokens: int,
+    shard: str,
 ) -> RequestRecord:
     chunk_times = [t - result.t0 for t in result.chunk_times]
     output_tokens = result.output_tokens if result.output_tokens is not None else sum(result.chunk_tokens)
@@ -86,8 +93,14 @@ class JobRunner:
         rate_mode = arrivals.get("mode") == "request_rate"
         users = build_users(traffic, 64 if rate_mode else max(1, int(cmd.load_level)))
         router = Router(cmd.endpoints, cmd.routing)
-        sink = RecordSink(self._bus, cmd.run_id, cmd.job_id, shard, self._settings.batch_interval_s,
-                          self._settings.batch_max_records)
+        sink = RecordSink(
+            self._bus,
+            cmd.run_id,
+            cmd.job_id,
+            shard,
+            self._settings.batch_interval_s,
+            self._settings.batch_max_records,
+        )
         done = {"requests": 0, "errors": 0}
         await self._bus.publish(JobStarted(job_id=cmd.job_id, run_id=cmd.run_id, workload=cmd.workload, shard=shard))
         log.info("job started", extra={"run_id": cmd.run_id, "job_id": cmd.job_id, "load_level": cmd.load_level})
@@ -100,13 +113,33 @@ class JobRunner:
             async def one_turn(user: SessionUser) -> None:
                 prompt = user.next_prompt()
                 endpoint = router.pick(user.session_id, " ".join(prompt[:64]))
-                payload = {"model": cmd.model, "prompt": " ".join(prompt), "max_tokens": user.output_tokens,
-                           "ignore_eos": True, "temperature": 0}
+                payload = {
+                    "model": cmd.model,
+                    "prompt": " ".join(prompt),
+                    "max_tokens": user.output_tokens,
+                    "ignore_eos": True,
+                    "temperature": 0,
+                }
                 session_id, turn = user.session_id, user.turn
-                result = await stream_completion(session, endpoint.base_url, payload, chat=False,
-                                                 timeout_s=self._settings.request_timeout_s)
-                sink.add(to_record(result, load_t0=load_t0, job_id=cmd.job_id, workload=cmd.workload,
-                                   session_id=session_id, turn=turn, prompt_tokens=len(prompt), shard=shard))
+                result = await stream_completion(
+                    session,
+                    endpoint.base_url,
+                    payload,
+                    chat=False,
+                    timeout_s=self._settings.request_timeout_s,
+                )
+                sink.add(
+                    to_record(
+                        result,
+                        load_t0=load_t0,
+                        job_id=cmd.job_id,
+                        workload=cmd.workload,
+                        session_id=session_id,
+                        turn=turn,
+                        prompt_tokens=len(prompt),
+                        shard=shard,
+                    )
+                )
                 done["requests"] += 1
                 if result.ok:
                     user.record_turn(prompt, "".join(result.text))
@@ -129,8 +162,11 @@ class JobRunner:
                 next_t = time.monotonic()
                 i = 0
                 while True:
-                    gap = rng.gammavariate(shape, 1.0 / (rate * shape)) if arrivals.get(
-                        "distribution") == "gamma" else rng.expovariate(rate)
+                    gap = (
+                        rng.gammavariate(shape, 1.0 / (rate * shape))
+                        if arrivals.get("distribution") == "gamma"
+                        else rng.expovariate(rate)
+                    )
                     next_t += gap
                     if next_t >= deadline:
                         break
@@ -154,9 +190,16 @@ class JobRunner:
             async def progress() -> None:
                 while True:
                     await asyncio.sleep(2.0)
-                    await self._bus.publish(JobProgressed(
-                        job_id=cmd.job_id, run_id=cmd.run_id, elapsed_s=time.monotonic() - load_t0,
-                        duration_s=cmd.duration_s, requests_done=done["requests"], errors=done["errors"]))
+                    await self._bus.publish(
+                        JobProgressed(
+                            job_id=cmd.job_id,
+                            run_id=cmd.run_id,
+                            elapsed_s=time.monotonic() - load_t0,
+                            duration_s=cmd.duration_s,
+                            requests_done=done["requests"],
+                            errors=done["errors"],
+                        )
+                    )
 
             reporter = asyncio.create_task(progress())
             try:
@@ -173,9 +216,25 @@ class JobRunner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await reporter
                 await sink.close()
-        await self._bus.publish(JobFinished(
-            job_id=cmd.job_id, run_id=cmd.run_id, workload=cmd.workload, shard=shard, records=sink.published,
-            load_duration_s=cmd.duration_s, warmup_s=cmd.warmup_s, offered_load=cmd.load_level,
-            tokenizer=TOKENIZER_NAME))
-        log.info("job finished", extra={"run_id": cmd.run_id, "job_id": cmd.job_id, "records": sink.published,
-                                        "errors": done["errors"]})
+        await self._bus.publish(
+            JobFinished(
+                job_id=cmd.job_id,
+                run_id=cmd.run_id,
+                workload=cmd.workload,
+                shard=shard,
+                records=sink.published,
+                load_duration_s=cmd.duration_s,
+                warmup_s=cmd.warmup_s,
+                offered_load=cmd.load_level,
+                tokenizer=TOKENIZER_NAME,
+            )
+        )
+        log.info(
+            "job finished",
+            extra={
+                "run_id": cmd.run_id,
+                "job_id": cmd.job_id,
+                "records": sink.published,
+                "errors": done["errors"],
+            },
+        )

@@ -52,7 +52,8 @@ def build_users(traffic: dict[str, Any], users: int) -> list[SessionUser]:
     shape = traffic.get("shape", "agentic_replay")
     if shape not in SUPPORTED_SHAPES:
         raise UnsupportedShapeError(
-            f"traffic.shape {shape!r} is not driven by this load generator yet; supported: {', '.join(SUPPORTED_SHAPES)}"
+            f"traffic.shape {shape!r} is not driven by this load generator yet; "
+            f"supported: {', '.join(SUPPORTED_SHAPES)}"
         )
     spec = traffic.get("synthetic") or {}
     groups = int(spec.get("groups", 4))

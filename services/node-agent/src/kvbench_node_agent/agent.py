@@ -21,7 +21,7 @@ from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.settings import load_settings
 from kvbench_node_agent.inventory import collect_inventory
-from kvbench_node_agent.launchers import Deployment, LaunchError, Launcher, SimLauncher
+from kvbench_node_agent.launchers import Deployment, Launcher, LaunchError, SimLauncher
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_node_agent.settings import NodeAgentSettings
 
@@ -43,10 +43,14 @@ class NodeAgent:
         self.deployments: dict[str, Deployment] = {}
         self._scrapers: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
-        self.m_deployments = Gauge(metric_name("node_agent", "deployments", "count"), "Running deployments",
-                                   registry=registry)
-        self.m_launch_failures = Counter(metric_name("node_agent", "launch_failures", "total"),
-                                         "Stacks that failed to start", registry=registry)
+        self.m_deployments = Gauge(
+            metric_name("node_agent", "deployments", "count"), "Running deployments", registry=registry
+        )
+        self.m_launch_failures = Counter(
+            metric_name("node_agent", "launch_failures", "total"),
+            "Stacks that failed to start",
+            registry=registry,
+        )
 
     async def register(self) -> None:
         await self.bus.publish(NodeRegistered(node_id=self.node_id, inventory=self.inventory))
@@ -86,9 +90,14 @@ class NodeAgent:
             return
         launcher = self.launchers.get(command.launcher)
         if launcher is None:
-            await self.bus.publish(StackFailed(deployment_id=command.deployment_id, run_id=command.run_id,
-                                               node_id=self.node_id,
-                                               reason=f"launcher {command.launcher!r} is not available here"))
+            await self.bus.publish(
+                StackFailed(
+                    deployment_id=command.deployment_id,
+                    run_id=command.run_id,
+                    node_id=self.node_id,
+                    reason=f"launcher {command.launcher!r} is not available here",
+                )
+            )
             return
         log.info("starting stack", extra={**ids, "stack": command.stack, "launcher": command.launcher})
         try:
@@ -96,8 +105,14 @@ class NodeAgent:
         except LaunchError as exc:
             self.m_launch_failures.inc()
             log.error("stack failed to start", extra={**ids, "reason": str(exc)[:500]})
-            await self.bus.publish(StackFailed(deployment_id=command.deployment_id, run_id=command.run_id,
-                                               node_id=self.node_id, reason=str(exc)))
+            await self.bus.publish(
+                StackFailed(
+                    deployment_id=command.deployment_id,
+                    run_id=command.run_id,
+                    node_id=self.node_id,
+                    reason=str(exc),
+                )
+            )
             return
         self.deployments[command.deployment_id] = deployment
         self.m_deployments.set(len(self.deployments))
@@ -106,9 +121,15 @@ class NodeAgent:
         log.info("stack ready", extra={**ids, "endpoints": [e.base_url for e in deployment.endpoints]})
 
     async def _publish_ready(self, deployment: Deployment) -> None:
-        await self.bus.publish(StackReady(deployment_id=deployment.deployment_id, run_id=deployment.run_id,
-                                          node_id=self.node_id, endpoints=deployment.endpoints,
-                                          facts=deployment.facts))
+        await self.bus.publish(
+            StackReady(
+                deployment_id=deployment.deployment_id,
+                run_id=deployment.run_id,
+                node_id=self.node_id,
+                endpoints=deployment.endpoints,
+                facts=deployment.facts,
+            )
+        )
 
     async def _stop(self, deployment_id: str, run_id: str) -> None:
         deployment = self.deployments.pop(deployment_id, None)
@@ -130,12 +151,19 @@ class NodeAgent:
                     try:
                         async with session.get(endpoint.metrics_url) as response:
                             text = await response.text()
-                        await self.bus.publish(EngineSampled(node_id=self.node_id, run_id=deployment.run_id,
-                                                             engine_id=endpoint.engine_id,
-                                                             values=parse_samples(text)))
+                        await self.bus.publish(
+                            EngineSampled(
+                                node_id=self.node_id,
+                                run_id=deployment.run_id,
+                                engine_id=endpoint.engine_id,
+                                values=parse_samples(text),
+                            )
+                        )
                     except (aiohttp.ClientError, TimeoutError) as exc:
-                        log.warning("engine scrape failed",
-                                    extra={"engine_id": endpoint.engine_id, "error": str(exc)[:200]})
+                        log.warning(
+                            "engine scrape failed",
+                            extra={"engine_id": endpoint.engine_id, "error": str(exc)[:200]},
+                        )
                 await asyncio.sleep(self.settings.scrape_interval_s)
 
     async def shutdown(self) -> None:
@@ -155,8 +183,12 @@ async def run(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
     registry = new_registry()
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(
-            Bus.connect(settings.nats_url, name=f"node-agent-{settings.node_id}", registry=registry,
-                        service="node_agent")
+            Bus.connect(
+                settings.nats_url,
+                name=f"node-agent-{settings.node_id}",
+                registry=registry,
+                service="node_agent",
+            )
         )
         agent = NodeAgent(settings, bus, registry)
         await stack.enter_async_context(ops_server(registry, settings.ops_port))

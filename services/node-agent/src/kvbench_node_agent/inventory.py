@@ -30,7 +30,10 @@ def _nvidia_gpus() -> tuple[str | None, int, float]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return None, 0, 0.0
@@ -43,12 +46,27 @@ def _nvidia_gpus() -> tuple[str | None, int, float]:
 def collect_inventory(node_id: str, simulated: bool, group: str | None) -> NodeInventory:
     if simulated:
         return NodeInventory(
-            node_id=node_id, hostname=socket.gethostname(), simulated=True, vendor=None, gpu_model=None,
-            gpus=0, gpu_memory_gb=0, ram_gb=_ram_gb(), cpus=os.cpu_count() or 0, group=group,
+            node_id=node_id,
+            hostname=socket.gethostname(),
+            simulated=True,
+            vendor=None,
+            gpu_model=None,
+            gpus=0,
+            gpu_memory_gb=0,
+            ram_gb=_ram_gb(),
+            cpus=os.cpu_count() or 0,
+            group=group,
         )
     model, count, mem = _nvidia_gpus()
     return NodeInventory(
-        node_id=node_id, hostname=socket.gethostname(), simulated=False,
-        vendor="nvidia" if count else None, gpu_model=model, gpus=count, gpu_memory_gb=mem,
-        ram_gb=_ram_gb(), cpus=os.cpu_count() or 0, group=group,
+        node_id=node_id,
+        hostname=socket.gethostname(),
+        simulated=False,
+        vendor="nvidia" if count else None,
+        gpu_model=model,
+        gpus=count,
+        gpu_memory_gb=mem,
+        ram_gb=_ram_gb(),
+        cpus=os.cpu_count() or 0,
+        group=group,
     )

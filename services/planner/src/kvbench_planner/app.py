@@ -68,14 +68,22 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.api_token is None:
-            log.warning("API authentication is disabled (KVBENCH_PLANNER_API_TOKEN is unset); "
-                        "fine for the embedded demo, not for a shared lab")
+            log.warning(
+                "API authentication is disabled (KVBENCH_PLANNER_API_TOKEN is unset); "
+                "fine for the embedded demo, not for a shared lab"
+            )
         async with Bus.connect(settings.nats_url, name="planner", registry=registry, service="planner") as bus:
             conductor = Conductor(bus, settings)
             app.state.conductor = conductor
             app.state.bus = bus
-            bus.subscribe(CONTROL_EVENTS, conductor.on_event, durable="planner",
-                          stream="KVBENCH_CONTROL", batch=64, deliver_new=True)
+            bus.subscribe(
+                CONTROL_EVENTS,
+                conductor.on_event,
+                durable="planner",
+                stream="KVBENCH_CONTROL",
+                batch=64,
+                deliver_new=True,
+            )
             await conductor.resume()
             try:
                 yield
@@ -105,8 +113,12 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/plans/validate", tags=["plans"], openapi_extra=_PLAN_BODY,
-              responses={422: {"description": "The plan is refused; one entry per problem"}})
+    @app.post(
+        "/v1/plans/validate",
+        tags=["plans"],
+        openapi_extra=_PLAN_BODY,
+        responses={422: {"description": "The plan is refused; one entry per problem"}},
+    )
     async def validate(request: Request) -> JSONResponse:
         return _review_response(await read_plan(request))
 
@@ -114,9 +126,14 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     async def plan_schema() -> dict[str, Any]:
         return Plan.model_json_schema()
 
-    @app.post("/v1/runs", tags=["runs"], status_code=201, openapi_extra=_PLAN_BODY,
-              dependencies=[Depends(require_token)],
-              responses={422: {"description": "The plan is refused; one entry per problem"}})
+    @app.post(
+        "/v1/runs",
+        tags=["runs"],
+        status_code=201,
+        openapi_extra=_PLAN_BODY,
+        dependencies=[Depends(require_token)],
+        responses={422: {"description": "The plan is refused; one entry per problem"}},
+    )
     async def create_run(request: Request) -> JSONResponse:
         review = await read_plan(request)
         if not review.valid or review.plan is None:
@@ -125,14 +142,28 @@ def create_app(settings: PlannerSettings) -> FastAPI:
         state = await conductor_of(request).submit(review.plan)
         submitted.inc()
         log.info("run submitted", extra={"run_id": state.run_id, "plan": state.plan_name, "jobs": len(state.jobs)})
-        return JSONResponse({"run_id": state.run_id, "jobs": len(state.jobs),
-                             "warnings": [w.as_dict() for w in review.warnings]}, status_code=201)
+        return JSONResponse(
+            {
+                "run_id": state.run_id,
+                "jobs": len(state.jobs),
+                "warnings": [w.as_dict() for w in review.warnings],
+            },
+            status_code=201,
+        )
 
     @app.get("/v1/runs", tags=["runs"])
     async def list_runs(request: Request) -> list[dict[str, Any]]:
         runs = sorted(conductor_of(request).runs.values(), key=lambda s: s.created_at, reverse=True)
-        return [{"run_id": s.run_id, "plan_name": s.plan_name, "status": s.status, "progress": round(s.progress, 4),
-                 "created_at": s.created_at.isoformat()} for s in runs]
+        return [
+            {
+                "run_id": s.run_id,
+                "plan_name": s.plan_name,
+                "status": s.status,
+                "progress": round(s.progress, 4),
+                "created_at": s.created_at.isoformat(),
+            }
+            for s in runs
+        ]
 
     @app.get("/v1/runs/{run_id}", tags=["runs"], responses={404: {"description": "No such run"}})
     async def get_run(run_id: str, request: Request) -> dict[str, Any]:
@@ -141,8 +172,12 @@ def create_app(settings: PlannerSettings) -> FastAPI:
             raise HTTPException(status_code=404, detail=f"no run {run_id}")
         return state.public()
 
-    @app.post("/v1/runs/{run_id}/cancel", tags=["runs"], dependencies=[Depends(require_token)],
-              responses={404: {"description": "No such run"}})
+    @app.post(
+        "/v1/runs/{run_id}/cancel",
+        tags=["runs"],
+        dependencies=[Depends(require_token)],
+        responses={404: {"description": "No such run"}},
+    )
     async def cancel_run(run_id: str, request: Request) -> dict[str, Any]:
         state = await conductor_of(request).cancel(run_id)
         if state is None:

@@ -42,7 +42,12 @@ __all__ = ["CONTROL_EVENTS", "Conductor", "RunFailedError"]
 log = logging.getLogger(__name__)
 
 CONTROL_EVENTS: tuple[type[Envelope], ...] = (
-    StackReady, StackFailed, StackStopped, JobFinished, JobFailed, JobProgressed,
+    StackReady,
+    StackFailed,
+    StackStopped,
+    JobFinished,
+    JobFailed,
+    JobProgressed,
 )
 
 NODE_UNRESPONSIVE = {
@@ -147,12 +152,19 @@ class Conductor:
 
     # -- commands out -------------------------------------------------------------------------
     async def submit(self, plan: Plan) -> RunState:
-        state = RunState(run_id=new_id(), plan_name=plan.name, plan=plan.model_dump(mode="json"),
-                         jobs=expand_jobs(plan))
+        state = RunState(
+            run_id=new_id(), plan_name=plan.name, plan=plan.model_dump(mode="json"), jobs=expand_jobs(plan)
+        )
         self.runs[state.run_id] = state
         await self.save(state)
-        await self.bus.publish(RunSubmitted(run_id=state.run_id, plan_name=plan.name, plan=state.plan,
-                                            jobs=[j.model_dump(mode="json") for j in state.jobs]))
+        await self.bus.publish(
+            RunSubmitted(
+                run_id=state.run_id,
+                plan_name=plan.name,
+                plan=state.plan,
+                jobs=[j.model_dump(mode="json") for j in state.jobs],
+            )
+        )
         self._start_task(state)
         return state
 
@@ -208,8 +220,14 @@ class Conductor:
                 await self.save(state)
                 await self._run_workload(state, index, workload, jobs)
             failed = [j for j in state.jobs if j.status == "failed"]
-            reasons = [{"code": "job_failed", "message": f"job {j.job_id} ({j.workload}): {j.reason}",
-                        "fix": "Read the job's reason and the service logs."} for j in failed]
+            reasons = [
+                {
+                    "code": "job_failed",
+                    "message": f"job {j.job_id} ({j.workload}): {j.reason}",
+                    "fix": "Read the job's reason and the service logs.",
+                }
+                for j in failed
+            ]
             await self._finish(state, "failed" if failed else "succeeded", reasons)
         except RunFailedError as exc:
             log.error("run failed", extra={**ids, **exc.reason})
@@ -242,23 +260,30 @@ class Conductor:
                 if len(chosen) >= (wanted or 0):
                     return chosen[:wanted]
             else:
-                chosen = sorted((n for n in nodes if n.get("group") == workload.cluster.group),
-                                key=lambda n: str(n["node_id"]))
+                chosen = sorted(
+                    (n for n in nodes if n.get("group") == workload.cluster.group),
+                    key=lambda n: str(n["node_id"]),
+                )
                 if chosen:
                     return chosen
             if time.monotonic() > deadline:
                 have = len(chosen)
                 if sim is not None:
-                    raise RunFailedError("cluster_unavailable",
-                                         f"The simulated cluster needs {wanted} machines and {have} agents are up",
-                                         f"Start more simulated machines: kvbench up --sim-machines {wanted}.")
-                raise RunFailedError("cluster_unavailable",
-                                     f"No machine of cluster group {workload.cluster.group!r} is up",
-                                     "Start the agent on each machine of the group.")
+                    raise RunFailedError(
+                        "cluster_unavailable",
+                        f"The simulated cluster needs {wanted} machines and {have} agents are up",
+                        f"Start more simulated machines: kvbench up --sim-machines {wanted}.",
+                    )
+                raise RunFailedError(
+                    "cluster_unavailable",
+                    f"No machine of cluster group {workload.cluster.group!r} is up",
+                    "Start the agent on each machine of the group.",
+                )
             await asyncio.sleep(0.5)
 
-    async def _start_stacks(self, state: RunState, workload: Workload, nodes: list[dict[str, Any]],
-                            generation: str) -> tuple[list[str], list[EngineEndpoint]]:
+    async def _start_stacks(
+        self, state: RunState, workload: Workload, nodes: list[dict[str, Any]], generation: str
+    ) -> tuple[list[str], list[EngineEndpoint]]:
         deployments: dict[str, str] = {}
         waits: dict[str, asyncio.Future[Envelope]] = {}
         for node in nodes:
@@ -266,11 +291,20 @@ class Conductor:
             dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
             deployments[node_id] = dep
             waits[dep] = self._expect(f"stack:{dep}")
-            await self.bus.publish(StartStack(
-                node_id=node_id, run_id=state.run_id, deployment_id=dep, workload=workload.name,
-                stack=workload.stack, launcher="sim" if workload.cluster.sim else "process", model=workload.model,
-                engine=workload.engine.model_dump(mode="json"), sizing=workload.sizing.model_dump(mode="json"),
-                sim=workload.cluster.sim.model_dump(mode="json") if workload.cluster.sim else None))
+            await self.bus.publish(
+                StartStack(
+                    node_id=node_id,
+                    run_id=state.run_id,
+                    deployment_id=dep,
+                    workload=workload.name,
+                    stack=workload.stack,
+                    launcher="sim" if workload.cluster.sim else "process",
+                    model=workload.model,
+                    engine=workload.engine.model_dump(mode="json"),
+                    sizing=workload.sizing.model_dump(mode="json"),
+                    sim=workload.cluster.sim.model_dump(mode="json") if workload.cluster.sim else None,
+                )
+            )
         endpoints: list[EngineEndpoint] = []
         failures: list[str] = []
         for dep, future in waits.items():
@@ -285,8 +319,11 @@ class Conductor:
                 endpoints.extend(event.endpoints)
         if failures:
             await self._stop_stacks(state, deployments)
-            raise RunFailedError("stack_failed", f"The {workload.stack} stack did not start: " + "; ".join(failures),
-                                 "Read the engine log named in the message, fix the setting, and run again.")
+            raise RunFailedError(
+                "stack_failed",
+                f"The {workload.stack} stack did not start: " + "; ".join(failures),
+                "Read the engine log named in the message, fix the setting, and run again.",
+            )
         return list(deployments.values()), endpoints
 
     async def _stop_stacks(self, state: RunState, deployments: dict[str, str] | list[tuple[str, str]]) -> None:
@@ -307,8 +344,11 @@ class Conductor:
                 try:
                     await kv.get(node_id)
                 except nats.js.errors.KeyNotFoundError:
-                    raise RunFailedError(NODE_UNRESPONSIVE["code"], NODE_UNRESPONSIVE["message"] + f" ({node_id})",
-                                         NODE_UNRESPONSIVE["fix"]) from None
+                    raise RunFailedError(
+                        NODE_UNRESPONSIVE["code"],
+                        NODE_UNRESPONSIVE["message"] + f" ({node_id})",
+                        NODE_UNRESPONSIVE["fix"],
+                    ) from None
 
     async def _run_workload(self, state: RunState, index: int, workload: Workload, jobs: list[JobState]) -> None:
         nodes = await self._nodes_for(workload)
@@ -336,21 +376,41 @@ class Conductor:
                 await watcher
             await asyncio.shield(self._stop_stacks(state, pairs))
 
-    async def _run_job(self, state: RunState, workload: Workload, job: JobState, endpoints: list[EngineEndpoint],
-                       watcher: asyncio.Task[None]) -> None:
+    async def _run_job(
+        self,
+        state: RunState,
+        workload: Workload,
+        job: JobState,
+        endpoints: list[EngineEndpoint],
+        watcher: asyncio.Task[None],
+    ) -> None:
         duration = workload.effective_load_duration_s()
         future = self._expect(f"job:{job.job_id}")
         if job.status != "running":  # a resumed running job is already in a load generator's hands
             job.status = "running"
             await self.save(state)
-            await self.bus.publish(RunLoad(
-                run_id=state.run_id, job_id=job.job_id, workload=workload.name, model=workload.model,
-                endpoints=endpoints, traffic=workload.traffic.model_dump(mode="json"), load_level=job.load_level,
-                duration_s=duration, warmup_s=workload.measurement.warmup_s, routing=workload.measurement.routing,
-                seed=job.repeat))
+            await self.bus.publish(
+                RunLoad(
+                    run_id=state.run_id,
+                    job_id=job.job_id,
+                    workload=workload.name,
+                    model=workload.model,
+                    endpoints=endpoints,
+                    traffic=workload.traffic.model_dump(mode="json"),
+                    load_level=job.load_level,
+                    duration_s=duration,
+                    warmup_s=workload.measurement.warmup_s,
+                    routing=workload.measurement.routing,
+                    seed=job.repeat,
+                )
+            )
         log.info("job sent", extra={"run_id": state.run_id, "job_id": job.job_id, "workload": workload.name})
-        done, _ = await asyncio.wait([future, watcher], timeout=duration + self.settings.job_grace_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        waitables: list[asyncio.Future[Any]] = [future, watcher]
+        done, _ = await asyncio.wait(
+            waitables,
+            timeout=duration + self.settings.job_grace_s,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
         if watcher in done:
             self._waiters.pop(f"job:{job.job_id}", None)
             job.status, job.reason = "failed", NODE_UNRESPONSIVE["message"]

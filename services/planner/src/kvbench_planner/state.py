@@ -64,6 +64,13 @@ def expand_jobs(plan: Plan) -> list[JobState]:
     for workload in plan.workloads:
         for level in workload.traffic.arrivals.load_levels():
             for repeat in range(workload.measurement.repeats):
-                jobs.append(JobState(job_id=new_id(), workload=workload.name, stack=workload.stack,
-                                     load_level=level, repeat=repeat))
+                jobs.append(
+                    JobState(
+                        job_id=new_id(),
+                        workload=workload.name,
+                        stack=workload.stack,
+                        load_level=level,
+                        repeat=repeat,
+                    )
+                )
     return jobs

@@ -21,22 +21,32 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return escape(str(value))
 
 
-def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[float | None]],
-              width: int = 640, height: int = 260) -> str:
+def bar_chart(
+    title: str,
+    unit: str,
+    groups: list[str],
+    series: dict[str, list[float | None]],
+    width: int = 640,
+    height: int = 260,
+) -> str:
     """Grouped bars: one group per workload, one bar per series."""
     values = [v for vs in series.values() for v in vs if v is not None]
     top = max(values) * 1.15 if values and max(values) > 0 else 1.0
-    left, bottom, plot_h = 56, 40, height - 70
+    left, _bottom, plot_h = 56, 40, height - 70
     plot_w = width - left - 16
     group_w = plot_w / max(len(groups), 1)
     bar_w = group_w * 0.8 / max(len(series), 1)
-    parts = [f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} {height}" '
-             f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
-             f'<text x="{left}" y="16" class="ct">{escape(title)} ({escape(unit)})</text>']
+    parts = [
+        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="{left}" y="16" class="ct">{escape(title)} ({escape(unit)})</text>',
+    ]
     for i in range(5):
         y = 24 + plot_h - plot_h * i / 4
-        parts.append(f'<line x1="{left}" x2="{width - 16}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                     f'<text x="{left - 6}" y="{y + 4:.1f}" class="ax" text-anchor="end">{top * i / 4:,.0f}</text>')
+        parts.append(
+            f'<line x1="{left}" x2="{width - 16}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" class="ax" text-anchor="end">{top * i / 4:,.0f}</text>'
+        )
     for gi, group in enumerate(groups):
         gx = left + gi * group_w + group_w * 0.1
         for si, (_, vs) in enumerate(series.items()):
@@ -45,15 +55,21 @@ def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[f
                 continue
             h = plot_h * v / top
             x = gx + si * bar_w
-            parts.append(f'<rect x="{x:.1f}" y="{24 + plot_h - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
-                         f'fill="{_PALETTE[si % len(_PALETTE)]}"><title>{escape(group)}: {v:,.2f} {escape(unit)}'
-                         f'</title></rect>')
-        parts.append(f'<text x="{gx + group_w * 0.4:.1f}" y="{height - 22}" class="ax" text-anchor="middle">'
-                     f'{escape(group)}</text>')
+            parts.append(
+                f'<rect x="{x:.1f}" y="{24 + plot_h - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
+                f'fill="{_PALETTE[si % len(_PALETTE)]}"><title>{escape(group)}: {v:,.2f} {escape(unit)}'
+                f"</title></rect>"
+            )
+        parts.append(
+            f'<text x="{gx + group_w * 0.4:.1f}" y="{height - 22}" class="ax" text-anchor="middle">'
+            f"{escape(group)}</text>"
+        )
     lx = left
     for si, name in enumerate(series):
-        parts.append(f'<rect x="{lx}" y="{height - 12}" width="10" height="10" fill="{_PALETTE[si % len(_PALETTE)]}"/>'
-                     f'<text x="{lx + 14}" y="{height - 3}" class="ax">{escape(name)}</text>')
+        parts.append(
+            f'<rect x="{lx}" y="{height - 12}" width="10" height="10" fill="{_PALETTE[si % len(_PALETTE)]}"/>'
+            f'<text x="{lx + 14}" y="{height - 3}" class="ax">{escape(name)}</text>'
+        )
         lx += 14 + 8 * len(name) + 16
     parts.append("</svg>")
     return "".join(parts)
@@ -80,14 +96,33 @@ def render_html(report: dict[str, Any]) -> str:
             f"<td>{_fmt(w['cache_hit_ratio'] * 100 if w['cache_hit_ratio'] is not None else None)}%</td></tr>"
         )
     charts = [
-        bar_chart("Time to first token", "ms", names, {
-            p: [w["ttft_ms"].get(p) for w in workloads] for p in ("p50", "p90", "p99")}),
-        bar_chart("Time per output token", "ms", names, {
-            p: [w["tpot_ms"].get(p) for w in workloads] for p in ("p50", "p90", "p99")}),
-        bar_chart("Output throughput", "tokens/s", names, {"throughput": [w["output_tokens_per_s"] for w in workloads]}),
-        bar_chart("Where prompt tokens came from", "tokens", names, {
-            "GPU prefix hit": [float(w["prompt_token_sources"]["gpu_hit"]) for w in workloads],
-            "recomputed": [float(w["prompt_token_sources"]["recomputed"]) for w in workloads]}),
+        bar_chart(
+            "Time to first token",
+            "ms",
+            names,
+            {p: [w["ttft_ms"].get(p) for w in workloads] for p in ("p50", "p90", "p99")},
+        ),
+        bar_chart(
+            "Time per output token",
+            "ms",
+            names,
+            {p: [w["tpot_ms"].get(p) for w in workloads] for p in ("p50", "p90", "p99")},
+        ),
+        bar_chart(
+            "Output throughput",
+            "tokens/s",
+            names,
+            {"throughput": [w["output_tokens_per_s"] for w in workloads]},
+        ),
+        bar_chart(
+            "Where prompt tokens came from",
+            "tokens",
+            names,
+            {
+                "GPU prefix hit": [float(w["prompt_token_sources"]["gpu_hit"]) for w in workloads],
+                "recomputed": [float(w["prompt_token_sources"]["recomputed"]) for w in workloads],
+            },
+        ),
     ]
     sections = []
     for w in workloads:
@@ -97,34 +132,49 @@ def render_html(report: dict[str, Any]) -> str:
             f"<td>{j['repeat']}</td><td>{escape(j['status'])}</td><td>{_fmt(j['requests'])}</td>"
             f"<td>{_fmt(j.get('requests_measured'))}</td>{_stat_cells(j.get('ttft_ms'))}"
             f"<td>{_fmt(j.get('output_tokens_per_s'))}</td></tr>"
-            for j in w["jobs"])
+            for j in w["jobs"]
+        )
         ec = w.get("engine_counters")
         engine_line = (
             f"<p>Engine counters over the measured windows ({_fmt(ec.get('engines'), 0)} engine samples sets): "
             f"prompt tokens {_fmt(ec.get('prompt_tokens'), 0)}, GPU prefix hits {_fmt(ec.get('gpu_hit_tokens'), 0)},"
             f" recomputed {_fmt(ec.get('recomputed_tokens'), 0)}. Per-request usage says "
             f"{_fmt(w['cached_prompt_tokens'])} of {_fmt(w['prompt_tokens'])} prompt tokens were cached.</p>"
-            if ec else "<p>No engine counter samples for this workload.</p>")
+            if ec
+            else "<p>No engine counter samples for this workload.</p>"
+        )
         sections.append(
             f"<section><h2>{escape(w['name'])} <small>{escape(w['stack'])} · {escape(w['strategy'])}</small></h2>"
             f"<h3>Did it work?</h3><p>Verdict: <b>{escape(w['validity']['verdict'])}</b>; measured window "
             f"{_fmt(w['window_s'])} s; {_fmt(w['requests_measured'])} requests measured, {_fmt(w['errors'])} errors."
             f"</p><ul>{reasons}</ul>"
             f"<h3>How fast?</h3><table><tr><th>figure</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th></tr>"
-            + "".join(f"<tr><td>{label}</td>{_stat_cells(w[key])}</tr>" for label, key in (
-                ("TTFT (ms)", "ttft_ms"), ("TPOT (ms)", "tpot_ms"), ("ITL (ms)", "itl_ms"), ("E2E (ms)", "e2e_ms")))
+            + "".join(
+                f"<tr><td>{label}</td>{_stat_cells(w[key])}</tr>"
+                for label, key in (
+                    ("TTFT (ms)", "ttft_ms"),
+                    ("TPOT (ms)", "tpot_ms"),
+                    ("ITL (ms)", "itl_ms"),
+                    ("E2E (ms)", "e2e_ms"),
+                )
+            )
             + f"</table><h3>Did distributed KV help?</h3>{engine_line}"
             f"<h3>What happened underneath?</h3><table><tr><th>job</th><th>load</th><th>repeat</th><th>status</th>"
             f"<th>requests</th><th>measured</th><th>TTFT mean</th><th>p50</th><th>p90</th><th>p99</th>"
-            f"<th>tok/s</th></tr>{job_rows}</table></section>")
+            f"<th>tok/s</th></tr>{job_rows}</table></section>"
+        )
     events = "".join(
         f"<tr><td>{escape(e['at'][11:23])}</td><td>{escape(e['schema'])}</td><td>{escape(e['node_id'] or '')}</td>"
-        f"<td>{escape(e['job_id'] or '')}</td></tr>" for e in report.get("events", [])[:400])
+        f"<td>{escape(e['job_id'] or '')}</td></tr>"
+        for e in report.get("events", [])[:400]
+    )
     definitions = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in report.get("definitions", {}).items())
-    reasons = "".join(f"<li><b>{escape(r.get('code', ''))}</b>: {escape(r.get('message', ''))} "
-                      f"{escape(r.get('fix', ''))}</li>" for r in report.get("reasons", []))
+    reasons = "".join(
+        f"<li><b>{escape(r.get('code', ''))}</b>: {escape(r.get('message', ''))} {escape(r.get('fix', ''))}</li>"
+        for r in report.get("reasons", [])
+    )
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>kvbench report {escape(report['run_id'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>kvbench report {escape(report["run_id"])}</title>
 <style>
 body{{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#111;padding:0 16px}}
 table{{border-collapse:collapse;margin:8px 0 16px}}td,th{{border:1px solid #ddd;padding:4px 8px;text-align:right}}
@@ -133,15 +183,15 @@ td:first-child,th:first-child{{text-align:left}}th{{background:#f3f4f6}}h2{{bord
 .ct{{font-weight:600;font-size:13px}}.ax{{font-size:11px;fill:#444}}.grid{{stroke:#e5e7eb}}
 dt{{font-weight:600}}dd{{margin:0 0 6px 12px;color:#333}}small{{color:#555;font-weight:normal}}
 </style></head><body>
-<h1>kvbench report: {escape(report['plan_name'])}</h1>
-<p>Run <code>{escape(report['run_id'])}</code> · status <b id="run-status">{escape(report['status'])}</b> ·
-submitted {escape(report['submitted_at'])} · generated {escape(report['generated_at'])}</p>
-{f'<ul class="reasons">{reasons}</ul>' if reasons else ''}
+<h1>kvbench report: {escape(report["plan_name"])}</h1>
+<p>Run <code>{escape(report["run_id"])}</code> · status <b id="run-status">{escape(report["status"])}</b> ·
+submitted {escape(report["submitted_at"])} · generated {escape(report["generated_at"])}</p>
+{f'<ul class="reasons">{reasons}</ul>' if reasons else ""}
 <h2>Workloads compared</h2>
 <table id="compared"><tr><th>workload</th><th>verdict</th><th>requests</th><th>measured</th><th>TTFT p50 ms</th>
-<th>p90</th><th>p99</th><th>TPOT p50 ms</th><th>output tok/s</th><th>cached prompt</th></tr>{''.join(rows)}</table>
-<div class="charts">{''.join(charts)}</div>
-{''.join(sections)}
+<th>p90</th><th>p99</th><th>TPOT p50 ms</th><th>output tok/s</th><th>cached prompt</th></tr>{"".join(rows)}</table>
+<div class="charts">{"".join(charts)}</div>
+{"".join(sections)}
 <h2>Events</h2><table><tr><th>time (UTC)</th><th>event</th><th>node</th><th>job</th></tr>{events}</table>
 <h2>Definitions</h2><dl>{definitions}</dl>
 </body></html>"""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 
-import asyncpg
-
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import (
     JobFailed,
@@ -22,13 +20,22 @@ from kvbench_contracts.events import (
     StackReady,
     StackStopped,
 )
-from kvbench_reporter.store import Store
+from kvbench_reporter.store import Conn, Store
 
 __all__ = ["CONTROL_MODELS", "Ingestor"]
 
 CONTROL_MODELS: tuple[type[Envelope], ...] = (
-    RunSubmitted, RunStarted, RunFinished, JobStarted, JobProgressed, JobFinished, JobFailed,
-    StackReady, StackFailed, StackStopped, NodeRegistered,
+    RunSubmitted,
+    RunStarted,
+    RunFinished,
+    JobStarted,
+    JobProgressed,
+    JobFinished,
+    JobFailed,
+    StackReady,
+    StackFailed,
+    StackStopped,
+    NodeRegistered,
 )
 
 OnRunFinished = Callable[[str], Awaitable[None]]
@@ -50,45 +57,92 @@ class Ingestor:
         for run_id in finished:
             await self._on_run_finished(run_id)
 
-    async def _apply(self, conn: asyncpg.Connection, e: Envelope) -> None:
+    async def _apply(self, conn: Conn, e: Envelope) -> None:
         if isinstance(e, RunSubmitted):
             await conn.execute(
                 "INSERT INTO runs (run_id, plan_name, plan, submitted_at) VALUES ($1,$2,$3::jsonb,$4) "
-                "ON CONFLICT (run_id) DO NOTHING", e.run_id, e.plan_name, json.dumps(e.plan), e.occurred_at)
+                "ON CONFLICT (run_id) DO NOTHING",
+                e.run_id,
+                e.plan_name,
+                json.dumps(e.plan),
+                e.occurred_at,
+            )
             for w in e.plan.get("workloads", []):
                 await conn.execute(
                     "INSERT INTO workloads (run_id, name, stack, strategy, spec) VALUES ($1,$2,$3,$4,$5::jsonb) "
-                    "ON CONFLICT DO NOTHING", e.run_id, w["name"], w["stack"], w["strategy"], json.dumps(w))
+                    "ON CONFLICT DO NOTHING",
+                    e.run_id,
+                    w["name"],
+                    w["stack"],
+                    w["strategy"],
+                    json.dumps(w),
+                )
             for j in e.jobs:
                 await conn.execute(
                     "INSERT INTO test_points (run_id, workload, load_level) VALUES ($1,$2,$3) ON CONFLICT DO NOTHING",
-                    e.run_id, j["workload"], float(j["load_level"]))
+                    e.run_id,
+                    j["workload"],
+                    float(j["load_level"]),
+                )
                 await conn.execute(
                     "INSERT INTO jobs (job_id, run_id, workload, stack, load_level, repeat) "
                     "VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (job_id) DO NOTHING",
-                    j["job_id"], e.run_id, j["workload"], j["stack"], float(j["load_level"]), int(j["repeat"]))
+                    j["job_id"],
+                    e.run_id,
+                    j["workload"],
+                    j["stack"],
+                    float(j["load_level"]),
+                    int(j["repeat"]),
+                )
         elif isinstance(e, RunStarted):
-            await conn.execute("UPDATE runs SET status = 'running', started_at = $2 WHERE run_id = $1 "
-                               "AND finished_at IS NULL", e.run_id, e.occurred_at)
+            await conn.execute(
+                "UPDATE runs SET status = 'running', started_at = $2 WHERE run_id = $1 AND finished_at IS NULL",
+                e.run_id,
+                e.occurred_at,
+            )
         elif isinstance(e, RunFinished):
-            await conn.execute("UPDATE runs SET status = $2, reasons = $3::jsonb, finished_at = $4 WHERE run_id = $1",
-                               e.run_id, e.status, json.dumps(e.reasons), e.occurred_at)
+            await conn.execute(
+                "UPDATE runs SET status = $2, reasons = $3::jsonb, finished_at = $4 WHERE run_id = $1",
+                e.run_id,
+                e.status,
+                json.dumps(e.reasons),
+                e.occurred_at,
+            )
         elif isinstance(e, JobStarted):
-            await conn.execute("UPDATE jobs SET status = 'running', started_at = $2, shard = $3 WHERE job_id = $1 "
-                               "AND finished_at IS NULL", e.job_id, e.occurred_at, e.shard)
+            await conn.execute(
+                "UPDATE jobs SET status = 'running', started_at = $2, shard = $3 WHERE job_id = $1 "
+                "AND finished_at IS NULL",
+                e.job_id,
+                e.occurred_at,
+                e.shard,
+            )
         elif isinstance(e, JobFinished):
             await conn.execute(
                 "UPDATE jobs SET status = 'succeeded', finished_at = $2, records_expected = $3, load_duration_s = $4,"
                 " warmup_s = $5, offered_load = $6, tokenizer = $7 WHERE job_id = $1",
-                e.job_id, e.occurred_at, e.records, e.load_duration_s, e.warmup_s, e.offered_load, e.tokenizer)
+                e.job_id,
+                e.occurred_at,
+                e.records,
+                e.load_duration_s,
+                e.warmup_s,
+                e.offered_load,
+                e.tokenizer,
+            )
         elif isinstance(e, JobFailed):
-            await conn.execute("UPDATE jobs SET status = 'failed', finished_at = $2, reason = $3 WHERE job_id = $1",
-                               e.job_id, e.occurred_at, e.reason)
+            await conn.execute(
+                "UPDATE jobs SET status = 'failed', finished_at = $2, reason = $3 WHERE job_id = $1",
+                e.job_id,
+                e.occurred_at,
+                e.reason,
+            )
         elif isinstance(e, NodeRegistered):
             await conn.execute(
                 "INSERT INTO node_inventory (node_id, inventory, updated_at) VALUES ($1,$2::jsonb,$3) "
                 "ON CONFLICT (node_id) DO UPDATE SET inventory = EXCLUDED.inventory, updated_at = EXCLUDED.updated_at",
-                e.node_id, e.inventory.model_dump_json(), e.occurred_at)
+                e.node_id,
+                e.inventory.model_dump_json(),
+                e.occurred_at,
+            )
 
     async def records(self, batches: Sequence[Envelope]) -> None:
         by_run: dict[str, list[RecordsBatch]] = {}

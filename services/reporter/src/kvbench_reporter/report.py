@@ -70,8 +70,10 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
     failed = [j for j in jobs if j["status"] != "succeeded"]
     if failed:
         verdict = "invalid"
-        reasons.append(f"{len(failed)} of {len(jobs)} jobs did not succeed: "
-                       + "; ".join(f"{j['job_id']}: {j.get('reason') or j['status']}" for j in failed))
+        reasons.append(
+            f"{len(failed)} of {len(jobs)} jobs did not succeed: "
+            + "; ".join(f"{j['job_id']}: {j.get('reason') or j['status']}" for j in failed)
+        )
     if pooled["requests_measured"] == 0:
         verdict = "invalid"
         reasons.append("no request was measured (none started after the warm-up and ended before the load end)")
@@ -107,8 +109,12 @@ async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
         name = job["workload"]
         spec = specs.get(name, {})
         entry: dict[str, Any] = {
-            "job_id": job["job_id"], "load_level": job["load_level"], "repeat": job["repeat"],
-            "status": job["status"], "reason": job["reason"], "requests": counts.get(job["job_id"], 0),
+            "job_id": job["job_id"],
+            "load_level": job["load_level"],
+            "repeat": job["repeat"],
+            "status": job["status"],
+            "reason": job["reason"],
+            "requests": counts.get(job["job_id"], 0),
             "tokenizer": job["tokenizer"],
         }
         if job["status"] == "succeeded" and job["load_duration_s"] is not None:
@@ -122,8 +128,7 @@ async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
             if job["started_at"] is not None:
                 start = job["started_at"] + timedelta(seconds=warmup)
                 end = job["started_at"] + timedelta(seconds=load_end)
-                samples = await store.engine_samples(run_id, start - timedelta(seconds=10),
-                                                     end + timedelta(seconds=10))
+                samples = await store.engine_samples(run_id, start - timedelta(seconds=10), end + timedelta(seconds=10))
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
                 if deltas:
@@ -138,37 +143,47 @@ async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
         prompt = pooled["prompt_tokens"]
         stack, strategy = stacks.get(name, ("", ""))
         engine = dict(engine_totals[name]) if name in engine_totals else None
-        workloads_out.append({
-            "name": name,
-            "stack": stack,
-            "strategy": strategy,
-            "requests": sum(j["requests"] for j in jobs),
-            "requests_measured": pooled["requests_measured"],
-            "errors": pooled["errors"],
-            "window_s": pooled["window_s"],
-            "ttft_ms": pooled["ttft_ms"],
-            "tpot_ms": pooled["tpot_ms"],
-            "itl_ms": pooled["itl_ms"],
-            "icl_ms": pooled["icl_ms"],
-            "e2e_ms": pooled["e2e_ms"],
-            "output_tokens_per_s": pooled["output_tokens_per_s"],
-            "request_rate": pooled["request_rate"],
-            "goodput_rps": pooled["goodput_rps"],
-            "good_fraction": pooled["good_fraction"],
-            "prompt_tokens": prompt,
-            "cached_prompt_tokens": pooled["cached_tokens"],
-            "cache_hit_ratio": pooled["cached_tokens"] / prompt if prompt else None,
-            "prompt_token_sources": {
-                "gpu_hit": pooled["cached_tokens"],
-                "recomputed": prompt - pooled["cached_tokens"],
-                "source": "per-request usage.prompt_tokens_details.cached_tokens of measured requests",
-            },
-            "engine_counters": engine,
-            "validity": _validity(spec, jobs, pooled),
-            "jobs": jobs,
-        })
-    events = [{"at": e["occurred_at"].isoformat(), "schema": e["schema"], "node_id": e["node_id"],
-               "job_id": e["job_id"], "subject": e["subject"]} for e in await store.events(run_id)]
+        workloads_out.append(
+            {
+                "name": name,
+                "stack": stack,
+                "strategy": strategy,
+                "requests": sum(j["requests"] for j in jobs),
+                "requests_measured": pooled["requests_measured"],
+                "errors": pooled["errors"],
+                "window_s": pooled["window_s"],
+                "ttft_ms": pooled["ttft_ms"],
+                "tpot_ms": pooled["tpot_ms"],
+                "itl_ms": pooled["itl_ms"],
+                "icl_ms": pooled["icl_ms"],
+                "e2e_ms": pooled["e2e_ms"],
+                "output_tokens_per_s": pooled["output_tokens_per_s"],
+                "request_rate": pooled["request_rate"],
+                "goodput_rps": pooled["goodput_rps"],
+                "good_fraction": pooled["good_fraction"],
+                "prompt_tokens": prompt,
+                "cached_prompt_tokens": pooled["cached_tokens"],
+                "cache_hit_ratio": pooled["cached_tokens"] / prompt if prompt else None,
+                "prompt_token_sources": {
+                    "gpu_hit": pooled["cached_tokens"],
+                    "recomputed": prompt - pooled["cached_tokens"],
+                    "source": "per-request usage.prompt_tokens_details.cached_tokens of measured requests",
+                },
+                "engine_counters": engine,
+                "validity": _validity(spec, jobs, pooled),
+                "jobs": jobs,
+            }
+        )
+    events = [
+        {
+            "at": e["occurred_at"].isoformat(),
+            "schema": e["schema"],
+            "node_id": e["node_id"],
+            "job_id": e["job_id"],
+            "subject": e["subject"],
+        }
+        for e in await store.events(run_id)
+    ]
     return {
         "run_id": run_id,
         "plan_name": run["plan_name"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
@@ -36,10 +35,15 @@ class Reporter:
         self.settings = settings
         self.ingestor = Ingestor(store, self.on_run_finished)
         self._tasks: set[asyncio.Task[None]] = set()
-        self.m_records = Counter(metric_name("reporter", "records_ingested", "total"), "Request records stored",
-                                 registry=registry)
-        self.m_lag = Gauge(metric_name("reporter", "ingest_lag", "seconds"),
-                           "Age of the newest ingested batch when it was written", ["stream"], registry=registry)
+        self.m_records = Counter(
+            metric_name("reporter", "records_ingested", "total"), "Request records stored", registry=registry
+        )
+        self.m_lag = Gauge(
+            metric_name("reporter", "ingest_lag", "seconds"),
+            "Age of the newest ingested batch when it was written",
+            ["stream"],
+            registry=registry,
+        )
         self.m_reports = Counter(metric_name("reporter", "reports_built", "total"), "Reports built", registry=registry)
 
     def _lag(self, stream: str, events: Sequence[Envelope]) -> None:
@@ -67,8 +71,10 @@ class Reporter:
 
     async def finalize(self, run_id: str) -> None:
         """Wait until every finished job's records are stored, then build and keep the report."""
-        deadline = time.monotonic() + self.settings.completeness_timeout_s
-        while not await records_complete(self.store, run_id) and time.monotonic() < deadline:
+        # records come through another consumer: poll the table until every job's count is reached
+        for _ in range(max(1, int(self.settings.completeness_timeout_s / 0.25))):
+            if await records_complete(self.store, run_id):
+                break
             await asyncio.sleep(0.25)
         await self.build(run_id)
 
@@ -106,15 +112,18 @@ class Reporter:
                 return await self._not_ready(run_id)
             return web.Response(text=found[1], content_type="text/html")
 
-        return [web.get("/v1/runs/{run_id}/report", report_json),
-                web.get("/v1/runs/{run_id}/report.html", report_html)]
+        return [
+            web.get("/v1/runs/{run_id}/report", report_json),
+            web.get("/v1/runs/{run_id}/report.html", report_html),
+        ]
 
     async def _not_ready(self, run_id: str) -> web.Response:
         run = await self.store.run(run_id)
         if run is None:
             return web.json_response({"detail": f"no run {run_id} (yet)"}, status=404)
-        return web.json_response({"detail": f"run {run_id} is {run['status']}; the report comes when it ends"},
-                                 status=409)
+        return web.json_response(
+            {"detail": f"run {run_id} is {run['status']}; the report comes when it ends"}, status=409
+        )
 
     async def drain(self) -> None:
         for task in list(self._tasks):
@@ -128,20 +137,37 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
         store = await Store.open(settings.database_url)
         stack.push_async_callback(store.close)
         bus = await stack.enter_async_context(
-            Bus.connect(settings.nats_url, name="reporter", registry=registry, service="reporter"))
+            Bus.connect(settings.nats_url, name="reporter", registry=registry, service="reporter")
+        )
         reporter = Reporter(store, settings, registry)
 
         async def healthy() -> bool:
             return bus.nc.is_connected
 
         await stack.enter_async_context(
-            ops_server(registry, settings.port, healthy, host=settings.host, extra_routes=reporter.routes()))
-        bus.subscribe_batch(CONTROL_MODELS, reporter.on_control, durable="reporter-control",
-                            stream="KVBENCH_CONTROL", batch=200)
-        bus.subscribe_batch([RecordsBatch], reporter.on_records, durable="reporter-records",
-                            stream="KVBENCH_RECORDS", batch=50)
-        bus.subscribe_batch([EngineSampled], reporter.on_telemetry, durable="reporter-telemetry",
-                            filter_subject="kvbench.engine.>", batch=200)
+            ops_server(registry, settings.port, healthy, host=settings.host, extra_routes=reporter.routes())
+        )
+        bus.subscribe_batch(
+            CONTROL_MODELS,
+            reporter.on_control,
+            durable="reporter-control",
+            stream="KVBENCH_CONTROL",
+            batch=200,
+        )
+        bus.subscribe_batch(
+            [RecordsBatch],
+            reporter.on_records,
+            durable="reporter-records",
+            stream="KVBENCH_RECORDS",
+            batch=50,
+        )
+        bus.subscribe_batch(
+            [EngineSampled],
+            reporter.on_telemetry,
+            durable="reporter-telemetry",
+            filter_subject="kvbench.engine.>",
+            batch=200,
+        )
         log.info("reporter ready", extra={"port": settings.port})
         await stop.wait()
         await reporter.drain()

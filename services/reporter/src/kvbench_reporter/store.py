@@ -6,19 +6,38 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
 from kvbench_contracts.records import RequestRecord
 
-__all__ = ["Store", "apply_migrations"]
+__all__ = ["Conn", "Store", "apply_migrations"]
+
+# a plain connection or one borrowed from the pool: both run the same queries
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 _RECORD_COLUMNS = (
-    "job_id", "request_id", "run_id", "workload", "session_id", "turn", "start_s", "ttft_s", "e2e_s",
-    "chunk_times_s", "chunk_tokens", "prompt_tokens", "output_tokens", "cached_tokens", "ok", "error", "shard",
+    "job_id",
+    "request_id",
+    "run_id",
+    "workload",
+    "session_id",
+    "turn",
+    "start_s",
+    "ttft_s",
+    "e2e_s",
+    "chunk_times_s",
+    "chunk_tokens",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "ok",
+    "error",
+    "shard",
 )
 
 
@@ -31,7 +50,7 @@ def _migrations() -> list[tuple[int, str]]:
     return sorted(found)
 
 
-async def apply_migrations(conn: asyncpg.Connection) -> list[int]:
+async def apply_migrations(conn: Conn) -> list[int]:
     """Apply each migration once, in order, under an advisory lock (several reporters may start)."""
     applied: list[int] = []
     async with conn.transaction():
@@ -69,12 +88,22 @@ class Store:
         await self.pool.close()
 
     # -- writes -------------------------------------------------------------------------------
-    async def insert_events(self, conn: asyncpg.Connection, events: Sequence[Envelope]) -> None:
+    async def insert_events(self, conn: Conn, events: Sequence[Envelope]) -> None:
         rows = []
         for event in events:
             run_id, job_id, node_id = _ids(event)
-            rows.append((event.event_id, event.schema_name, event.subject(), run_id, job_id, node_id,
-                         event.occurred_at, event.model_dump_json(by_alias=True)))
+            rows.append(
+                (
+                    event.event_id,
+                    event.schema_name,
+                    event.subject(),
+                    run_id,
+                    job_id,
+                    node_id,
+                    event.occurred_at,
+                    event.model_dump_json(by_alias=True),
+                )
+            )
         await conn.executemany(
             "INSERT INTO events (event_id, schema, subject, run_id, job_id, node_id, occurred_at, payload) "
             "VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb) ON CONFLICT (event_id) DO NOTHING",
@@ -86,9 +115,25 @@ class Store:
         if not records:
             return 0
         rows = [
-            (r.job_id, r.request_id, run_id, r.workload, r.session_id, r.turn, r.start_s, r.ttft_s, r.e2e_s,
-             list(r.chunk_times_s), list(r.chunk_tokens), r.prompt_tokens, r.output_tokens, r.cached_tokens, r.ok,
-             r.error, r.shard)
+            (
+                r.job_id,
+                r.request_id,
+                run_id,
+                r.workload,
+                r.session_id,
+                r.turn,
+                r.start_s,
+                r.ttft_s,
+                r.e2e_s,
+                list(r.chunk_times_s),
+                list(r.chunk_tokens),
+                r.prompt_tokens,
+                r.output_tokens,
+                r.cached_tokens,
+                r.ok,
+                r.error,
+                r.shard,
+            )
             for r in records
         ]
         async with self.pool.acquire() as conn, conn.transaction():
@@ -117,38 +162,55 @@ class Store:
         return await self.pool.fetchrow("SELECT * FROM runs WHERE run_id = $1", run_id)
 
     async def jobs(self, run_id: str) -> list[asyncpg.Record]:
-        return list(await self.pool.fetch(
-            "SELECT * FROM jobs WHERE run_id = $1 ORDER BY workload, load_level, repeat", run_id))
+        return list(
+            await self.pool.fetch("SELECT * FROM jobs WHERE run_id = $1 ORDER BY workload, load_level, repeat", run_id)
+        )
 
     async def workloads(self, run_id: str) -> list[asyncpg.Record]:
         return list(await self.pool.fetch("SELECT * FROM workloads WHERE run_id = $1", run_id))
 
     async def record_counts(self, run_id: str) -> dict[str, int]:
         rows = await self.pool.fetch(
-            "SELECT job_id, count(*) AS n FROM request_records WHERE run_id = $1 GROUP BY job_id", run_id)
+            "SELECT job_id, count(*) AS n FROM request_records WHERE run_id = $1 GROUP BY job_id", run_id
+        )
         return {r["job_id"]: int(r["n"]) for r in rows}
 
     async def records(self, job_id: str) -> list[RequestRecord]:
         rows = await self.pool.fetch(
             f"SELECT {', '.join(c for c in _RECORD_COLUMNS if c != 'run_id')} "  # noqa: S608 (fixed columns)
-            "FROM request_records WHERE job_id = $1 ORDER BY start_s", job_id)
+            "FROM request_records WHERE job_id = $1 ORDER BY start_s",
+            job_id,
+        )
         return [RequestRecord.model_validate(dict(r)) for r in rows]
 
     async def engine_samples(self, run_id: str, start: datetime, end: datetime) -> list[asyncpg.Record]:
-        return list(await self.pool.fetch(
-            "SELECT engine_id, node_id, sampled_at, samples FROM engine_samples WHERE run_id = $1 "
-            "AND sampled_at BETWEEN $2 AND $3 ORDER BY engine_id, sampled_at", run_id, start, end))
+        return list(
+            await self.pool.fetch(
+                "SELECT engine_id, node_id, sampled_at, samples FROM engine_samples WHERE run_id = $1 "
+                "AND sampled_at BETWEEN $2 AND $3 ORDER BY engine_id, sampled_at",
+                run_id,
+                start,
+                end,
+            )
+        )
 
     async def events(self, run_id: str) -> list[asyncpg.Record]:
-        return list(await self.pool.fetch(
-            "SELECT schema, subject, occurred_at, node_id, job_id, payload FROM events WHERE run_id = $1 "
-            "AND schema <> 'kvbench.job.progressed/1' ORDER BY occurred_at", run_id))
+        return list(
+            await self.pool.fetch(
+                "SELECT schema, subject, occurred_at, node_id, job_id, payload FROM events WHERE run_id = $1 "
+                "AND schema <> 'kvbench.job.progressed/1' ORDER BY occurred_at",
+                run_id,
+            )
+        )
 
     async def save_report(self, run_id: str, report: dict[str, Any], html: str) -> None:
         await self.pool.execute(
             "INSERT INTO reports (run_id, report, html) VALUES ($1, $2::jsonb, $3) "
             "ON CONFLICT (run_id) DO UPDATE SET report = EXCLUDED.report, html = EXCLUDED.html, created_at = now()",
-            run_id, json.dumps(report), html)
+            run_id,
+            json.dumps(report),
+            html,
+        )
 
     async def load_report(self, run_id: str) -> tuple[dict[str, Any], str] | None:
         row = await self.pool.fetchrow("SELECT report, html FROM reports WHERE run_id = $1", run_id)

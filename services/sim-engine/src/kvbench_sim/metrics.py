@@ -8,7 +8,25 @@ from kvbench_sim.engine import Engine
 
 __all__ = ["VllmMetrics"]
 
-_LAT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
+_LAT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+)
 
 
 class VllmMetrics:
@@ -22,7 +40,10 @@ class VllmMetrics:
         self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, tokens", labels, registry=r)
         self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, tokens", labels, registry=r)
         self.cached_by_source = Counter(
-            "vllm:prompt_tokens_cached_by_source", "Cached prompt tokens by source", [*labels, "source"], registry=r
+            "vllm:prompt_tokens_cached_by_source",
+            "Cached prompt tokens by source",
+            [*labels, "source"],
+            registry=r,
         )
         self.preemptions = Counter("vllm:num_preemptions", "Preemptions", labels, registry=r)
         self.success = Counter("vllm:request_success", "Finished requests", [*labels, "finished_reason"], registry=r)
@@ -33,7 +54,11 @@ class VllmMetrics:
             "vllm:time_to_first_token_seconds", "TTFT (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
         )
         self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "E2E latency (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
+            "vllm:e2e_request_latency_seconds",
+            "E2E latency (engine view)",
+            labels,
+            buckets=_LAT_BUCKETS,
+            registry=r,
         )
         self._last = (0, 0, 0, 0, 0)
 

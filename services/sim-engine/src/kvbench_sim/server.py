@@ -8,6 +8,7 @@ slip, and slips are counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -46,10 +47,8 @@ class PacedEngine:
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     def submit(self, request: SimRequest) -> asyncio.Queue[TokenEvent]:
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
@@ -171,8 +170,14 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
                 else {"index": 0, "text": text, "finish_reason": "length"}
             )
             return web.json_response(
-                {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
-                 "model": model, "choices": [message], "usage": usage()}
+                {
+                    "id": rid,
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [message],
+                    "usage": usage(),
+                }
             )
 
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -184,23 +189,51 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
 
         try:
             if chat:
-                await send({"id": rid, "object": obj, "created": created, "model": model,
-                            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                         "logprobs": None, "finish_reason": None}]})
+                await send(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
             while True:
                 event = await queue.get()
                 if event.index == 0:
                     metrics.ttft.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
                 finish = "length" if event.finished else None
-                await send({"id": rid, "object": obj, "created": created, "model": model,
-                            "choices": [choice(" " + words[event.index], finish)]})
+                await send(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [choice(" " + words[event.index], finish)],
+                    }
+                )
                 if event.finished:
                     metrics.e2e.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
                     metrics.success.labels(model, "0", "length").inc()
                     break
             if include_usage:
-                await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-                            "usage": usage()})
+                await send(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage(),
+                    }
+                )
             await send("[DONE]")
         except (ConnectionResetError, asyncio.CancelledError):
             paced.abort(rid)

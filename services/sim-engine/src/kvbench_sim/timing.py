@@ -33,9 +33,7 @@ class StepTimer:
             return 0.0
         mfu = eff.mfu_max * tokens / (tokens + eff.t_half)
         t_lin = max(2 * model.params_active * tokens / (flops * mfu), model.weight_bytes / bw)
-        attn_flops = sum(
-            4 * model.layers * model.q_heads * model.head_dim * c * (p + c / 2) for c, p in prefill_chunks
-        )
+        attn_flops = sum(4 * model.layers * model.q_heads * model.head_dim * c * (p + c / 2) for c, p in prefill_chunks)
         t_attn = attn_flops / (flops * eff.mfu_attn) + decode_ctx_sum * model.kv_bytes_per_token / bw
         t_comm = 0.0
         if tp > 1:

@@ -34,11 +34,11 @@ class SwitchPollerSettings(ServiceSettings):
 
 async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
     registry = new_registry()
-    connected = Gauge(metric_name("switch_poller", "switches_connected", "count"), "Switches polled",
-                      registry=registry)
+    connected = Gauge(metric_name("switch_poller", "switches_connected", "count"), "Switches polled", registry=registry)
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(
-            Bus.connect(settings.nats_url, name="switch-poller", registry=registry, service="switch_poller"))
+            Bus.connect(settings.nats_url, name="switch-poller", registry=registry, service="switch_poller")
+        )
 
         async def healthy() -> bool:
             return bus.nc.is_connected

@@ -64,8 +64,10 @@ async def wait_healthy(url: str, process: ManagedProcess, timeout_s: float) -> N
         while time.monotonic() < deadline:
             if process.proc.poll() is not None:
                 tail = process.log_path.read_text(errors="replace")[-1500:]
-                raise LaunchError(f"{process.name} exited with code {process.proc.returncode} before it was "
-                                  f"healthy; last log lines:\n{tail}")
+                raise LaunchError(
+                    f"{process.name} exited with code {process.proc.returncode} before it was "
+                    f"healthy; last log lines:\n{tail}"
+                )
             try:
                 async with session.get(url) as response:
                     if response.status == 200:

@@ -10,7 +10,13 @@ from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_core.embedded import free_port
 from kvbench_core.procs import spawn
-from kvbench_node_agent.launchers.base import Deployment, LaunchError, ManagedProcess, read_block_size, wait_healthy
+from kvbench_node_agent.launchers.base import (
+    Deployment,
+    LaunchError,
+    ManagedProcess,
+    read_block_size,
+    wait_healthy,
+)
 
 __all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv"]
 
@@ -30,12 +36,20 @@ def sim_engine_argv(command: StartStack, port: int) -> list[str]:
     sim: dict[str, Any] = command.sim or {}
     engine = command.engine or {}
     argv = [
-        sys.executable, "-m", "kvbench_sim", "serve",
-        "--port", str(port),
-        "--model", command.model,
-        "--gpu", str(sim.get("gpu", "L40S")),
-        "--tensor-parallel-size", str(engine.get("tensor_parallel_size", 1)),
-        "--speed", str(sim.get("speed", 1.0)),
+        sys.executable,
+        "-m",
+        "kvbench_sim",
+        "serve",
+        "--port",
+        str(port),
+        "--model",
+        command.model,
+        "--gpu",
+        str(sim.get("gpu", "L40S")),
+        "--tensor-parallel-size",
+        str(engine.get("tensor_parallel_size", 1)),
+        "--speed",
+        str(sim.get("speed", 1.0)),
         *SIM_STACK_FLAGS[command.stack],
     ]
     return argv

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbench_cli.deployment import LocalDeployment
+from kvbench_cli.main import main
+
+
+def test_plan_validate_offline_json_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ok:
+        main(["plan", "validate", "examples/demo.yaml", "--json"])
+    assert ok.value.code == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["valid"] is True
+    assert body["jobs"] == 2
+    assert body["errors"] == []
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: Bad Name\nworkloads: []\n")
+    with pytest.raises(SystemExit) as refused:
+        main(["plan", "validate", str(bad), "--json"])
+    assert refused.value.code == 2
+    body = json.loads(capsys.readouterr().out)
+    assert body["valid"] is False
+    assert {e["field"] for e in body["errors"]} == {"name", "workloads"}
+
+
+def test_down_without_up_stops_nothing(tmp_path: Path) -> None:
+    assert LocalDeployment(tmp_path).down() == []

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from kvbench_contracts import ALL_MESSAGES, STREAMS, JobFinished, RecordsBatch, RequestRecord, StartStack
+from kvbench_contracts.plan import Plan, deep_merge
+from kvbench_contracts.streams import stream_for_subject, subject_matches
+
+
+def test_every_message_subject_falls_in_exactly_one_stream() -> None:
+    for model in ALL_MESSAGES:
+        subject = model.subject_filter().replace("*", "x1")
+        stream = stream_for_subject(subject)
+        assert stream.name in {s.name for s in STREAMS}, model
+
+
+def test_subject_is_derived_from_fields_and_rejects_dots() -> None:
+    event = JobFinished(
+        job_id="J1",
+        run_id="R1",
+        workload="w",
+        shard="s",
+        records=3,
+        load_duration_s=10,
+        warmup_s=1,
+        offered_load=4,
+        tokenizer="words",
+    )
+    assert event.subject() == "kvbench.job.J1.finished"
+    bad = JobFinished(
+        job_id="a.b",
+        run_id="R1",
+        workload="w",
+        shard="s",
+        records=0,
+        load_duration_s=1,
+        warmup_s=0,
+        offered_load=1,
+        tokenizer="t",
+    )
+    with pytest.raises(ValueError, match="cannot be a subject token"):
+        bad.subject()
+    assert StartStack.subject_filter(node_id="n1") == "kvbench.cmd.node.n1.start_stack"
+    assert RecordsBatch.subject_filter(run_id="R") == "kvbench.records.R.*"
+
+
+def test_envelope_round_trip_carries_schema_and_tolerates_unknown_fields() -> None:
+    event = JobFinished(
+        job_id="J1",
+        run_id="R1",
+        workload="w",
+        shard="s",
+        records=3,
+        load_duration_s=10,
+        warmup_s=1,
+        offered_load=4,
+        tokenizer="words",
+    )
+    raw = json.loads(event.to_bytes())
+    assert raw["schema"] == "kvbench.job.finished/1"
+    raw["a_future_field"] = 1
+    again = JobFinished.model_validate(raw)
+    assert again == event
+    assert len(event.event_id) == 26  # ULID
+
+
+def test_wildcards() -> None:
+    assert subject_matches("kvbench.>", "kvbench.a.b")
+    assert not subject_matches("kvbench.>", "kvbench")
+    assert subject_matches("kvbench.*.x", "kvbench.a.x")
+    assert not subject_matches("kvbench.*.x", "kvbench.a.b.x")
+
+
+def _plan(**workload: object) -> dict[str, object]:
+    return {
+        "version": 1,
+        "name": "p1",
+        "defaults": {"cluster": {"sim": {"machines": 2}}, "measurement": {"repeats": 1}},
+        "workloads": [{"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu", **workload}],
+    }
+
+
+def test_plan_defaults_are_deep_merged_under_workloads() -> None:
+    plan = Plan.model_validate(_plan(measurement={"warmup_s": 5}))
+    workload = plan.workloads[0]
+    assert workload.measurement.repeats == 1  # from defaults
+    assert workload.measurement.warmup_s == 5  # from the workload
+    assert workload.cluster.sim is not None
+    assert workload.cluster.sim.machines == 2
+
+
+def test_plan_forbids_unknown_keys_and_names_the_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        Plan.model_validate(_plan(sizng={"host_memory_gb": 1}))
+    assert "sizng" in str(info.value)
+
+
+def test_deep_merge_replaces_lists_and_scalars() -> None:
+    merged = deep_merge({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2]}, "d": 2})
+    assert merged == {"a": {"b": 1, "c": [2]}, "d": 2}
+
+
+def test_request_record_keeps_the_public_field_names() -> None:
+    fields = set(RequestRecord.model_fields)
+    for name in (
+        "request_id",
+        "job_id",
+        "workload",
+        "session_id",
+        "turn",
+        "start_s",
+        "ttft_s",
+        "e2e_s",
+        "chunk_times_s",
+        "chunk_tokens",
+        "prompt_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "ok",
+        "error",
+    ):
+        assert name in fields

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench_planner.state import expand_jobs
+from kvbench_planner.validation import review_plan, review_text
+
+
+def plan(*workloads: dict[str, Any], **defaults: Any) -> dict[str, Any]:
+    base = {
+        "cluster": {"sim": {"machines": 2}},
+        "traffic": {"shape": "synthetic_sessions", "duration_s": 600},
+        "measurement": {"warmup_s": 60},
+    }
+    base.update(defaults)
+    return {"version": 1, "name": "t", "defaults": base, "workloads": list(workloads)}
+
+
+def codes(review: Any) -> list[str]:
+    return [e.code for e in review.errors]
+
+
+def test_demo_plan_is_valid_with_its_warnings() -> None:
+    with open("examples/demo.yaml", "rb") as fh:
+        review = review_text(fh.read())
+    assert review.valid, review.as_dict()
+    assert review.jobs == 2
+    assert {w.code for w in review.warnings} == {"preliminary", "short_window"}
+
+
+def test_every_problem_is_reported_at_once_with_the_products_words() -> None:
+    review = review_plan(
+        plan(
+            {"name": "a", "strategy": "split", "stack": "vllm-pd-nixl"},
+            {"name": "b", "strategy": "shared_pool", "stack": "vllm-lmcache-valkey", "kv_tier": "gpu"},
+            {"name": "b", "strategy": "own_cache", "stack": "vllm-prefix-gpu", "orchestrator": "dynamo"},
+        )
+    )
+    found = codes(review)
+    for code in (
+        "round_robin_split",
+        "missing_sizing_field",
+        "needs_lmcache_server",
+        "duplicate_workload_name",
+        "orchestrator_locked",
+    ):
+        assert code in found, found
+    by_code = {e.code: e for e in review.errors}
+    assert by_code["round_robin_split"].message == "Round robin cannot route prefill and decode"
+    assert by_code["round_robin_split"].fix == "In Routing, choose a prefill and decode routing policy."
+    assert by_code["needs_lmcache_server"].message == "The stack needs an LMCache server on every node"
+    assert not review.valid
+
+
+def test_shared_pool_on_one_machine_and_one_engine_per_machine() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "shared_pool",
+                "stack": "vllm-lmcache-valkey",
+                "kv_tier": "cpu_ram",
+                "sizing": {"shared_store_gb": 10},
+                "cluster": {"sim": {"machines": 1}},
+            },
+            {
+                "name": "b",
+                "strategy": "split_offload",
+                "stack": "vllm-pd-nixl-lmcache",
+                "kv_tier": "cpu_ram",
+                "sizing": {"prefill_machines": 1, "gpus_per_machine": 2},
+                "measurement": {"routing": "pd_aware"},
+            },
+        )
+    )
+    by_code = {e.code: e for e in review.errors}
+    assert by_code["shared_pool_single_machine"].message == (
+        "A shared KV pool shares KV between machines, and this group has one machine"
+    )
+    assert by_code["one_engine_per_machine"].fix == "Set GPUs per machine to the tensor parallel size."
+
+
+def test_structural_errors_name_the_field() -> None:
+    review = review_plan(
+        plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu", "measurment": {"repeats": 3}})
+    )
+    assert codes(review) == ["unknown_field"]
+    assert review.errors[0].field == "workloads.0.measurment"
+    assert review.errors[0].workload == "a"
+
+
+def test_bad_documents_are_one_clear_issue() -> None:
+    assert codes(review_text(b"version: [1")) == ["invalid_document"]
+    assert codes(review_text(b"- a list")) == ["invalid_document"]
+    assert codes(review_text(b"x" * 2_000_000)) == ["document_too_large"]
+
+
+def test_ranges_and_shape_fields() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "own_cache",
+                "stack": "vllm-prefix-gpu",
+                "measurement": {"load_duration_s": 600, "warmup_s": 400},
+            },
+        )
+    )
+    assert set(codes(review)) == {"field_not_for_shape", "warmup_too_long"}
+
+
+def test_jobs_expand_in_a_stable_order() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "own_cache",
+                "stack": "vllm-prefix-gpu",
+                "traffic": {"arrivals": {"mode": "closed_loop", "users": [2, 8]}},
+                "measurement": {"repeats": 2},
+            },
+        )
+    )
+    assert review.plan is not None
+    jobs = expand_jobs(review.plan)
+    assert [(j.load_level, j.repeat) for j in jobs] == [(2, 0), (2, 1), (8, 0), (8, 1)]
+    assert len({j.job_id for j in jobs}) == 4

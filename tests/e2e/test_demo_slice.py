@@ -1,0 +1,107 @@
+"""A shortened demo plan through every service: planner, node agents, sim engines, loadgen, reporter."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+import yaml
+
+from kvbench_cli.api import Endpoints, fetch_report
+from kvbench_cli.deployment import LocalDeployment
+from kvbench_core.embedded import pid_alive
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _short_demo_plan() -> str:
+    plan = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    plan["name"] = "e2e-prefix-cache"
+    plan["defaults"]["traffic"]["duration_s"] = 14
+    plan["defaults"]["traffic"]["arrivals"]["users"] = [4]
+    plan["defaults"]["traffic"]["synthetic"].update(prefix_tokens=1536, turns=2, think_time_s=0.0)
+    plan["defaults"]["measurement"]["warmup_s"] = 3
+    return yaml.safe_dump(plan)
+
+
+def _sim_engines_running() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"kvbench_sim\x00serve" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Path, artifacts_dir: Path) -> None:
+    before = set(_sim_engines_running())
+    deployment = LocalDeployment(tmp_path / "state")
+    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
+    try:
+        with httpx.Client(timeout=30) as client:
+            nodes = client.get(f"{state.api_url}/v1/nodes").json()
+            assert sorted(n["inventory"]["node_id"] for n in nodes)[:2] == ["sim-0", "sim-1"]
+            refused = client.post(
+                f"{state.api_url}/v1/runs",
+                content=b"version: 1\nname: x\nworkloads: []\n",
+                headers={"Content-Type": "application/yaml"},
+            )
+            assert refused.status_code == 422
+            response = client.post(
+                f"{state.api_url}/v1/runs",
+                content=_short_demo_plan().encode(),
+                headers={"Content-Type": "application/yaml"},
+            )
+            assert response.status_code == 201, response.text
+            run_id = response.json()["run_id"]
+            deadline = time.monotonic() + 240
+            while True:
+                status = client.get(f"{state.api_url}/v1/runs/{run_id}").json()
+                if status["status"] in ("succeeded", "failed", "cancelled"):
+                    break
+                assert time.monotonic() < deadline, status
+                time.sleep(1)
+        assert status["status"] == "succeeded", status
+        endpoints = Endpoints(state.api_url, state.report_url, None)
+        report = fetch_report(endpoints, run_id)
+        html = fetch_report(endpoints, run_id, html=True)
+        (artifacts_dir / "e2e-report.html").write_text(html)
+        by_name = {w["name"]: w for w in report["workloads"]}
+        off, gpu = by_name["prefix-off"], by_name["prefix-gpu"]
+        assert off["cached_prompt_tokens"] == 0
+        assert gpu["cached_prompt_tokens"] > 0
+        assert gpu["ttft_ms"]["p50"] < off["ttft_ms"]["p50"]
+        assert gpu["engine_counters"]["gpu_hit_tokens"] > 0
+        assert off["engine_counters"]["gpu_hit_tokens"] == 0
+
+        async def rows_per_workload() -> dict[str, int]:
+            conn = await asyncpg.connect(fresh_database)
+            try:
+                rows = await conn.fetch(
+                    "SELECT workload, count(*) AS n FROM request_records WHERE run_id = $1 GROUP BY workload", run_id
+                )
+            finally:
+                await conn.close()
+            return {r["workload"]: int(r["n"]) for r in rows}
+
+        import asyncio  # noqa: PLC0415
+
+        counts = asyncio.run(rows_per_workload())
+        assert counts == {"prefix-off": off["requests"], "prefix-gpu": gpu["requests"]}
+        assert "Workloads compared" in html
+        assert html.count("<svg") >= 4
+    finally:
+        stopped = deployment.down()
+    assert "planner" in stopped
+    assert "reporter" in stopped
+    assert not [s.name for s in state.services if pid_alive(s.pid)]
+    assert set(_sim_engines_running()) - before == set()

@@ -1,0 +1,93 @@
+"""Reporter persistence on a real PostgreSQL: migrations and idempotent ingestion."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from kvbench_contracts.events import JobFinished, JobStarted, RunSubmitted
+from kvbench_contracts.records import RequestRecord
+from kvbench_reporter.ingest import Ingestor
+from kvbench_reporter.report import build_report
+from kvbench_reporter.store import Store, apply_migrations
+
+pytestmark = pytest.mark.integration
+
+
+def _records(job_id: str, n: int) -> list[RequestRecord]:
+    return [
+        RequestRecord(
+            request_id=f"r{i}",
+            job_id=job_id,
+            workload="w",
+            start_s=2.0 + i,
+            ttft_s=0.1,
+            e2e_s=0.5,
+            chunk_times_s=[0.1, 0.3, 0.5],
+            chunk_tokens=[1, 1, 1],
+            prompt_tokens=100,
+            output_tokens=3,
+            cached_tokens=64,
+            ok=True,
+        )
+        for i in range(n)
+    ]
+
+
+async def test_migrations_apply_once(fresh_database: str) -> None:
+    conn = await asyncpg.connect(fresh_database)
+    try:
+        assert await apply_migrations(conn) == [1]
+        assert await apply_migrations(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_redelivered_batches_and_events_never_duplicate_rows(fresh_database: str) -> None:
+    store = await Store.open(fresh_database)
+    finished: list[str] = []
+
+    async def on_finished(run_id: str) -> None:
+        finished.append(run_id)
+
+    ingestor = Ingestor(store, on_finished)
+    try:
+        plan = {
+            "workloads": [
+                {"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache", "measurement": {"repeats": 1}}
+            ]
+        }
+        submitted = RunSubmitted(
+            run_id="R1",
+            plan_name="p",
+            plan=plan,
+            jobs=[{"job_id": "J1", "workload": "w", "stack": "vllm-prefix-gpu", "load_level": 4, "repeat": 0}],
+        )
+        started = JobStarted(job_id="J1", run_id="R1", workload="w", shard="lg")
+        done = JobFinished(
+            job_id="J1",
+            run_id="R1",
+            workload="w",
+            shard="lg",
+            records=20,
+            load_duration_s=30,
+            warmup_s=1,
+            offered_load=4,
+            tokenizer="words",
+        )
+        await ingestor.control([submitted, started, done])
+        await ingestor.control([submitted, started, done])  # redelivered after a crash
+        batch = _records("J1", 20)
+        assert await store.insert_records("R1", batch) == 20
+        assert await store.insert_records("R1", batch[:10]) == 0
+        assert await store.pool.fetchval("SELECT count(*) FROM request_records") == 20
+        assert await store.pool.fetchval("SELECT count(*) FROM events") == 3
+        report = await build_report(store, "R1")
+        assert report is not None
+        workload = report["workloads"][0]
+        assert workload["requests"] == 20
+        assert workload["requests_measured"] == 20
+        assert workload["cached_prompt_tokens"] == 20 * 64
+        assert workload["ttft_ms"]["p50"] == pytest.approx(100.0)
+    finally:
+        await store.close()
