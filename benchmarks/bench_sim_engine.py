@@ -37,16 +37,24 @@ def run(prefix_caching: bool, users: int = 32, requests: int = 3000, seed: int =
                 done += 1
                 in_flight -= 1
     wall = time.perf_counter() - start
-    return {"simulated_s": now, "wall_s": wall, "speedup": now / wall, "steps_per_s": steps / wall,
-            "requests_per_s": done / wall, "hit_ratio": engine.counters.prefix_hits / engine.counters.prefix_queries}
+    return {
+        "simulated_s": now,
+        "wall_s": wall,
+        "speedup": now / wall,
+        "steps_per_s": steps / wall,
+        "requests_per_s": done / wall,
+        "hit_ratio": engine.counters.prefix_hits / engine.counters.prefix_queries,
+    }
 
 
 def main() -> None:
     for label, caching in (("prefix cache on", True), ("baseline: prefix cache off", False)):
         r = run(caching)
-        print(f"{label:28s} simulated {r['simulated_s']:8.1f} s in {r['wall_s']:6.2f} s wall "
-              f"({r['speedup']:7.1f}x real time) · {r['steps_per_s']:8.0f} steps/s · "
-              f"{r['requests_per_s']:7.0f} requests/s · hit ratio {r['hit_ratio']:.2f}")
+        print(
+            f"{label:28s} simulated {r['simulated_s']:8.1f} s in {r['wall_s']:6.2f} s wall "
+            f"({r['speedup']:7.1f}x real time) · {r['steps_per_s']:8.0f} steps/s · "
+            f"{r['requests_per_s']:7.0f} requests/s · hit ratio {r['hit_ratio']:.2f}"
+        )
 
 
 if __name__ == "__main__":
