@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,8 @@ class ServiceRecord:
     pid: int
     log: str
     health_url: str | None = None
+    module: str = ""
+    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -45,6 +48,7 @@ class DeploymentState:
     pg_dir: str | None = None
     services: list[ServiceRecord] = field(default_factory=list)
     sim_machines: int = 0
+    base_env: dict[str, str] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,20 +106,19 @@ class LocalDeployment:
             planner_port, reporter_port = free_port(), free_port()
             state.api_url = f"http://127.0.0.1:{planner_port}"
             state.report_url = f"http://127.0.0.1:{reporter_port}"
-            env = {
-                **os.environ,
+            state.base_env = {
                 "KVBENCH_NATS_URL": state.nats_url,
                 "KVBENCH_DATABASE_URL": state.database_url,
                 "KVBENCH_LOG_JSON": "true",
                 "KVBENCH_PLANNER_PORT": str(planner_port),
                 "KVBENCH_REPORTER_PORT": str(reporter_port),
             }
-            env.pop("KVBENCH_PLANNER_API_TOKEN", None)  # the embedded stack runs without auth, and says so
+            env = self._env(state)
 
             def start(name: str, module: str, health: str | None, extra: dict[str, str] | None = None) -> None:
                 log = log_dir / f"{name}.log"
                 proc = spawn([sys.executable, "-m", module], log, {**env, **(extra or {})}, tie_to_parent=tie_to_parent)
-                state.services.append(ServiceRecord(name, proc.pid, str(log), health))
+                state.services.append(ServiceRecord(name, proc.pid, str(log), health, module, dict(extra or {})))
                 state.save(self.state_path)
 
             start("reporter", "kvbench_reporter", f"{state.report_url}/healthz")
@@ -139,6 +142,38 @@ class LocalDeployment:
             self.down()
             raise
         return state
+
+    @staticmethod
+    def _env(state: DeploymentState) -> dict[str, str]:
+        env = {**os.environ, **state.base_env}
+        env.pop("KVBENCH_PLANNER_API_TOKEN", None)  # the embedded stack runs without auth, and says so
+        return env
+
+    def restart(self, name: str, *, kill: bool = True, tie_to_parent: bool = False) -> ServiceRecord:
+        """Stop one service (SIGKILL by default, as a crash would) and start it again with the same settings."""
+        state = self.load()
+        if state is None:
+            raise StartupError("kvbench is not up")
+        service = next((s for s in state.services if s.name == name), None)
+        if service is None:
+            raise StartupError(f"no service {name}; known: {', '.join(s.name for s in state.services)}")
+        if kill:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(service.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(service.pid, 0)
+        else:
+            stop_pid(service.pid, timeout_s=15, group=True)
+        proc = spawn(
+            [sys.executable, "-m", service.module],
+            Path(service.log),
+            {**self._env(state), **service.extra_env},
+            tie_to_parent=tie_to_parent,
+        )
+        service.pid = proc.pid
+        state.save(self.state_path)
+        self._wait_ready(state)
+        return service
 
     def _wait_ready(self, state: DeploymentState, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -7,7 +7,6 @@ import json
 import signal
 import sys
 import time
-from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from types import FrameType
@@ -249,9 +248,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_plan_validate(args: argparse.Namespace) -> int:
-    from kvbench_planner.validation import review_text  # noqa: PLC0415 (offline review needs no server)
+    from kvbench_planner.validation import GroupResolver, load_cluster_file, review_text  # noqa: PLC0415
 
-    review = review_text(Path(args.plan).read_bytes())
+    resolver: GroupResolver | None = None
+    if args.cluster:
+        groups, problem = load_cluster_file(Path(args.cluster).read_bytes())
+        if problem is not None:
+            err_console.print(f"[red]--cluster {escape(args.cluster)}[/red]: {escape(problem)}")
+            return 2
+        resolver = groups.get
+    review = review_text(Path(args.plan).read_bytes(), resolver)
     if args.json:
         sys.stdout.write(json.dumps(review.as_dict(), indent=2) + "\n")
     else:
@@ -269,25 +275,30 @@ def cmd_plan_schema(_: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from kvbench_planner.catalog import CATALOG  # noqa: PLC0415
+    from kvbench_planner.app import stack_rows  # noqa: PLC0415 (the same rows as GET /v1/catalog/stacks)
 
+    rows = stack_rows(args.engine, args.vendor, args.version)
     if args.json:
-        sys.stdout.write(json.dumps([asdict(s) for s in CATALOG.values()], indent=2) + "\n")
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
     table = Table(title="kvbench stack catalog")
-    for column in ("id", "engine", "strategy", "tiers", "what to set", "vendors", "simulated"):
+    for column in ("id", "engine", "strategy", "tiers", "what to set", "vendors", "validated on", "sim", "why not"):
         table.add_column(column)
-    for s in CATALOG.values():
+    for r in rows:
         table.add_row(
-            s.id,
-            s.engine,
-            s.strategy,
-            ", ".join(s.tiers),
-            ", ".join(s.needs) or "-",
-            ", ".join(s.vendors),
-            "yes" if s.simulated else "",
+            escape(r["id"]),
+            r["engine"],
+            r["strategy"],
+            ", ".join(r["tiers"]),
+            ", ".join(r["needs"]) or "-",
+            ", ".join(r["vendors"]),
+            ", ".join(r["validated_on"]) or "-",
+            "yes" if r["simulated"] else "",
+            escape(r["why_not"] or ""),
+            style=None if r["selectable"] else "dim",
         )
     console.print(table)
+    console.print("orchestrators: bare_metal; locked (coming soon): dynamo, llm-d, production-stack")
     return 0
 
 
@@ -328,11 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     validate = plan.add_parser("validate", help="review a plan offline")
     validate.add_argument("plan")
     validate.add_argument("--json", action="store_true")
+    validate.add_argument("--cluster", metavar="FILE", help="machines of registered groups: {groups: {NAME: [...]}}")
     validate.set_defaults(func=cmd_plan_validate)
     plan.add_parser("schema", help="print the plan's JSON Schema").set_defaults(func=cmd_plan_schema)
 
     catalog = sub.add_parser("catalog", help="list the stack catalog")
     catalog.add_argument("--json", action="store_true")
+    catalog.add_argument("--engine", choices=("vllm", "sglang", "trtllm"))
+    catalog.add_argument("--vendor", choices=("nvidia", "amd"))
+    catalog.add_argument("--version", help="engine version, e.g. 0.28.0")
     catalog.set_defaults(func=cmd_catalog)
     return parser
 

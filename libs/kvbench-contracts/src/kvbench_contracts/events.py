@@ -19,6 +19,7 @@ __all__ = [
     "NodeInventory",
     "NodeRegistered",
     "RecordsBatch",
+    "RunCancelled",
     "RunFinished",
     "RunStarted",
     "RunSubmitted",
@@ -43,6 +44,7 @@ class NodeInventory(BaseModel):
     ram_gb: float = Field(0, description="Host RAM, GB")
     cpus: int = Field(0, description="CPU cores")
     group: str | None = Field(None, description="Cluster group the machine was registered into")
+    rdma: list[dict[str, str]] = Field(default_factory=list, description="RDMA ports: {device, state}")
 
 
 class NodeRegistered(Envelope):
@@ -101,6 +103,14 @@ class RunSubmitted(Envelope):
 class RunStarted(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.run.started/1"
     SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.started"
+    run_id: str
+
+
+class RunCancelled(Envelope):
+    """A person cancelled the run: load generators stop its jobs, agents keep serving until told to stop."""
+
+    SCHEMA: ClassVar[str] = "kvbench.run.cancelled/1"
+    SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.cancelled"
     run_id: str
 
 

@@ -68,11 +68,20 @@ class JobRunner:
         self._bus = bus
         self._settings = settings
         self.active: dict[str, asyncio.Task[None]] = {}
+        self._run_of: dict[str, str] = {}
 
     def launch(self, command: RunLoad) -> None:
         if command.job_id in self.active:
             return  # redelivered while running
         self.active[command.job_id] = asyncio.create_task(self._run(command), name=f"job:{command.job_id}")
+        self._run_of[command.job_id] = command.run_id
+
+    def cancel_run(self, run_id: str) -> int:
+        """Stop every job of a cancelled run; returns how many were running here."""
+        jobs = [job for job, run in self._run_of.items() if run == run_id and job in self.active]
+        for job in jobs:
+            self.active[job].cancel()
+        return len(jobs)
 
     async def _run(self, cmd: RunLoad) -> None:
         ids = {"run_id": cmd.run_id, "job_id": cmd.job_id}
@@ -81,11 +90,15 @@ class JobRunner:
             await self._drive(cmd, shard)
         except UnsupportedShapeError as exc:
             await self._bus.publish(JobFailed(job_id=cmd.job_id, run_id=cmd.run_id, reason=str(exc)))
+        except asyncio.CancelledError:
+            log.info("job cancelled", extra=ids)
+            await self._bus.publish(JobFailed(job_id=cmd.job_id, run_id=cmd.run_id, reason="cancelled"))
         except Exception as exc:
             log.exception("job failed", extra=ids)
             await self._bus.publish(JobFailed(job_id=cmd.job_id, run_id=cmd.run_id, reason=f"load generator: {exc}"))
         finally:
             self.active.pop(cmd.job_id, None)
+            self._run_of.pop(cmd.job_id, None)
 
     async def _drive(self, cmd: RunLoad, shard: str) -> None:
         traffic = cmd.traffic

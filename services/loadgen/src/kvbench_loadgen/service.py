@@ -8,6 +8,7 @@ from prometheus_client import Gauge
 
 from kvbench_contracts.commands import RunLoad
 from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.events import RunCancelled
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -36,7 +37,20 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
                 runner.launch(command)  # acked at once; progress and the end arrive as events
                 active.set(len(runner.active))
 
+        async def on_cancelled(event: Envelope) -> None:
+            if isinstance(event, RunCancelled):
+                stopped = runner.cancel_run(event.run_id)
+                log.info("run cancelled", extra={"run_id": event.run_id, "jobs_stopped": stopped})
+
         bus.subscribe([RunLoad], on_command, durable="loadgen", filter_subject="kvbench.cmd.loadgen.>", batch=1)
+        # every load generator hears every cancel (its own durable), and stops the jobs it runs
+        bus.subscribe(
+            [RunCancelled],
+            on_cancelled,
+            durable=f"loadgen-{settings.shard_id}-cancels",
+            filter_subject=RunCancelled.subject_filter(),
+            deliver_new=True,
+        )
         await stop.wait()
         for task in list(runner.active.values()):
             task.cancel()

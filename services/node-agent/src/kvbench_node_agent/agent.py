@@ -54,6 +54,8 @@ class NodeAgent:
 
     async def register(self) -> None:
         await self.bus.publish(NodeRegistered(node_id=self.node_id, inventory=self.inventory))
+        inventory = await self.bus.kv("kvbench_inventory")
+        await inventory.put(self.node_id, self.inventory.model_dump_json().encode())
         await self.heartbeat()
         log.info("registered", extra={"node_id": self.node_id, "simulated": self.inventory.simulated})
 

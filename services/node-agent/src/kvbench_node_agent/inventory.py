@@ -43,6 +43,23 @@ def _nvidia_gpus() -> tuple[str | None, int, float]:
     return rows[0][0].strip(), len(rows), float(rows[0][1]) / 1024
 
 
+def rdma_ports(root: str = "/sys/class/infiniband") -> list[dict[str, str]]:
+    """RDMA devices and their port state from sysfs (``4: ACTIVE`` -> ``ACTIVE``)."""
+    ports: list[dict[str, str]] = []
+    if not os.path.isdir(root):
+        return ports
+    for device in sorted(os.listdir(root)):
+        port_dir = os.path.join(root, device, "ports")
+        for port in sorted(os.listdir(port_dir)) if os.path.isdir(port_dir) else []:
+            try:
+                with open(os.path.join(port_dir, port, "state")) as fh:
+                    state = fh.read().strip().split(":")[-1].strip()
+            except OSError:
+                state = "UNKNOWN"
+            ports.append({"device": device if port == "1" else f"{device}/{port}", "state": state})
+    return ports
+
+
 def collect_inventory(node_id: str, simulated: bool, group: str | None) -> NodeInventory:
     if simulated:
         return NodeInventory(
@@ -69,4 +86,5 @@ def collect_inventory(node_id: str, simulated: bool, group: str | None) -> NodeI
         ram_gb=_ram_gb(),
         cpus=os.cpu_count() or 0,
         group=group,
+        rdma=rdma_ports(),
     )

@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict
 from typing import Annotated, Any
 
-import nats.js.errors
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from kvbench_contracts.plan import Plan
 from kvbench_core.bus import Bus
 from kvbench_core.metrics import metric_name, new_registry
-from kvbench_planner.catalog import CATALOG
+from kvbench_planner.catalog import CATALOG, ORCHESTRATOR_LOCKS
 from kvbench_planner.conductor import CONTROL_EVENTS, Conductor
+from kvbench_planner.registry import NAME_PATTERN, Registry, read_all
+from kvbench_planner.rules import Issue, version_tuple
 from kvbench_planner.settings import PlannerSettings
-from kvbench_planner.validation import Review, parse_document, review_plan
+from kvbench_planner.validation import MAX_DOCUMENT_BYTES, Review, parse_document, review_plan
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "stack_rows"]
 
 log = logging.getLogger("kvbench_planner")
 
@@ -39,9 +39,26 @@ _PLAN_BODY = {
         },
     }
 }
-
-
+_REFUSED: dict[int | str, dict[str, Any]] = {
+    422: {"description": "Refused: one {workload, field, code, message, fix} entry per problem"},
+    413: {"description": "The document is larger than 1 MB"},
+}
+_UNKNOWN_NODES: dict[int | str, dict[str, Any]] = {422: {"description": "Unknown machines"}}
+_BAD_SECRET: dict[int | str, dict[str, Any]] = {422: {"description": "Bad name or value"}}
 _bearer = HTTPBearer(auto_error=False)
+
+
+class ClusterGroupIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN.pattern, description="Group name: lowercase letters, digits, dashes")
+    nodes: list[str] = Field(min_length=1, max_length=256, description="Node ids of registered machines")
+
+
+class SecretIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: SecretStr = Field(min_length=1, max_length=8192, description="The secret; it is never returned")
 
 
 def require_token(
@@ -54,6 +71,30 @@ def require_token(
     expected = settings.api_token.get_secret_value()
     if credentials is None or not secrets.compare_digest(credentials.credentials, expected):
         raise HTTPException(status_code=401, detail="a valid bearer token is required (Authorization: Bearer ...)")
+
+
+def stack_rows(
+    engine: str | None = None, vendor: str | None = None, version: str | None = None
+) -> list[dict[str, Any]]:
+    """Every stack, with why it cannot be chosen for the query (the same table as `kvbench catalog`)."""
+    rows = []
+    for spec in CATALOG.values():
+        why: list[str] = []
+        if engine and spec.engine != engine:
+            why.append(f"runs on {spec.engine}, not {engine}")
+        if vendor and vendor.lower() not in spec.vendors:
+            why.append(f"does not run on {vendor.upper()} ({' and '.join(v.upper() for v in spec.vendors)} only)")
+        if version and spec.min_version and (not engine or engine == spec.engine):
+            have = version_tuple(version)
+            if have and have < version_tuple(spec.min_version):
+                why.append(f"needs {spec.engine} {spec.min_version} or newer")
+        row = spec.model_dump(mode="json")
+        row["selectable"] = not why
+        row["why_not"] = "; ".join(why) or None
+        wanted = version.lstrip("v") if version else None
+        row["validated"] = wanted is not None and any(v.split()[-1] == wanted for v in spec.validated_on)
+        rows.append(row)
+    return rows
 
 
 def _review_response(review: Review) -> JSONResponse:
@@ -73,9 +114,9 @@ def create_app(settings: PlannerSettings) -> FastAPI:
                 "fine for the embedded demo, not for a shared lab"
             )
         async with Bus.connect(settings.nats_url, name="planner", registry=registry, service="planner") as bus:
-            conductor = Conductor(bus, settings)
-            app.state.conductor = conductor
-            app.state.bus = bus
+            machines = Registry(bus)
+            conductor = Conductor(bus, settings, machines)
+            app.state.conductor, app.state.bus, app.state.registry = conductor, bus, machines
             bus.subscribe(
                 CONTROL_EVENTS,
                 conductor.on_event,
@@ -97,12 +138,36 @@ def create_app(settings: PlannerSettings) -> FastAPI:
         conductor: Conductor = request.app.state.conductor
         return conductor
 
+    def registry_of(request: Request) -> Registry:
+        machines: Registry = request.app.state.registry
+        return machines
+
     async def read_plan(request: Request) -> Review:
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > MAX_DOCUMENT_BYTES:
+            raise HTTPException(status_code=413, detail=f"the plan is larger than {MAX_DOCUMENT_BYTES} bytes")
         body = await request.body()
         data, problem = parse_document(body)
         if problem is not None:
             return Review(None, [problem])
-        return review_plan(data)
+        groups = await registry_of(request).groups()
+        review = review_plan(data, groups.get)
+        if review.plan is not None:
+            known = set(await registry_of(request).secret_names())
+            for w in review.plan.workloads:
+                if w.hf_token_secret and w.hf_token_secret not in known:
+                    review.errors.append(
+                        Issue(
+                            "unknown_secret",
+                            f"There is no secret {w.hf_token_secret!r}",
+                            "Store the Hugging Face token with PUT /v1/secrets/{name}.",
+                            "hf_token_secret",
+                            w.name,
+                        )
+                    )
+            if review.errors:
+                review.plan, review.expanded = None, None
+        return review
 
     @app.get("/healthz", tags=["ops"])
     async def healthz(request: Request) -> dict[str, bool]:
@@ -113,13 +178,9 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post(
-        "/v1/plans/validate",
-        tags=["plans"],
-        openapi_extra=_PLAN_BODY,
-        responses={422: {"description": "The plan is refused; one entry per problem"}},
-    )
+    @app.post("/v1/plans/validate", tags=["plans"], openapi_extra=_PLAN_BODY, responses=_REFUSED)
     async def validate(request: Request) -> JSONResponse:
+        """Review a plan: every refusal and warning, and on success the expanded plan."""
         return _review_response(await read_plan(request))
 
     @app.get("/v1/plans/schema", tags=["plans"])
@@ -132,22 +193,18 @@ def create_app(settings: PlannerSettings) -> FastAPI:
         status_code=201,
         openapi_extra=_PLAN_BODY,
         dependencies=[Depends(require_token)],
-        responses={422: {"description": "The plan is refused; one entry per problem"}},
+        responses=_REFUSED,
     )
     async def create_run(request: Request) -> JSONResponse:
         review = await read_plan(request)
         if not review.valid or review.plan is None:
             refused.inc()
             return _review_response(review)
-        state = await conductor_of(request).submit(review.plan)
+        state = await conductor_of(request).submit(review.plan, review.machines)
         submitted.inc()
         log.info("run submitted", extra={"run_id": state.run_id, "plan": state.plan_name, "jobs": len(state.jobs)})
         return JSONResponse(
-            {
-                "run_id": state.run_id,
-                "jobs": len(state.jobs),
-                "warnings": [w.as_dict() for w in review.warnings],
-            },
+            {"run_id": state.run_id, "jobs": len(state.jobs), "warnings": [w.as_dict() for w in review.warnings]},
             status_code=201,
         )
 
@@ -186,30 +243,115 @@ def create_app(settings: PlannerSettings) -> FastAPI:
 
     @app.get("/v1/nodes", tags=["nodes"])
     async def nodes(request: Request) -> list[dict[str, Any]]:
+        """Machines whose agent is heartbeating now, with their inventory."""
         bus: Bus = request.app.state.bus
         kv = await bus.kv("kvbench_nodes")
-        out: list[dict[str, Any]] = []
-        with contextlib.suppress(nats.js.errors.NoKeysError):
-            for key in sorted(await kv.keys()):
-                with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-                    entry = await kv.get(key)
-                    if entry.value:
-                        out.append(json.loads(entry.value))
-        return out
+        return [json.loads(v) for _, v in sorted((await read_all(kv)).items())]
+
+    @app.get("/v1/cluster-groups", tags=["cluster groups"])
+    async def list_groups(request: Request) -> list[dict[str, Any]]:
+        machines = registry_of(request)
+        live = await machines.live_nodes()
+        explicit = await machines.explicit_groups()
+        return [
+            {
+                "name": name,
+                "declared_by": "api" if name in explicit else "agents",
+                "machines": [{**m.model_dump(), "up": m.name in live} for m in group],
+            }
+            for name, group in sorted((await machines.groups()).items())
+        ]
+
+    @app.post(
+        "/v1/cluster-groups",
+        tags=["cluster groups"],
+        status_code=201,
+        dependencies=[Depends(require_token)],
+        responses=_UNKNOWN_NODES,
+    )
+    async def create_group(group: ClusterGroupIn, request: Request) -> dict[str, Any]:
+        machines = registry_of(request)
+        known = await machines.inventories()
+        unknown = [n for n in group.nodes if n not in known]
+        if unknown:
+            raise HTTPException(
+                status_code=422,
+                detail=[
+                    {
+                        "field": "nodes",
+                        "code": "unknown_node",
+                        "message": f"No machine registered as {', '.join(unknown)}",
+                        "fix": "Start the agent on each machine (GET /v1/nodes lists them), then create the group.",
+                    }
+                ],
+            )
+        await machines.put_group(group.name, sorted(set(group.nodes)))
+        return {"name": group.name, "nodes": sorted(set(group.nodes))}
+
+    @app.delete(
+        "/v1/cluster-groups/{name}",
+        tags=["cluster groups"],
+        status_code=204,
+        dependencies=[Depends(require_token)],
+        responses={404: {"description": "No such group"}},
+    )
+    async def delete_group(name: str, request: Request) -> Response:
+        if not await registry_of(request).delete_group(name):
+            raise HTTPException(status_code=404, detail=f"no cluster group {name} created through the API")
+        return Response(status_code=204)
+
+    @app.get("/v1/secrets", tags=["secrets"])
+    async def list_secrets(request: Request) -> list[dict[str, str]]:
+        """Names only: a secret's value is never returned."""
+        return [{"name": n} for n in await registry_of(request).secret_names()]
+
+    @app.put(
+        "/v1/secrets/{name}",
+        tags=["secrets"],
+        status_code=204,
+        dependencies=[Depends(require_token)],
+        responses=_BAD_SECRET,
+    )
+    async def put_secret(name: str, secret: SecretIn, request: Request) -> Response:
+        if not NAME_PATTERN.match(name):
+            raise HTTPException(
+                status_code=422,
+                detail=[
+                    {
+                        "field": "name",
+                        "code": "invalid_field",
+                        "message": "A secret name uses lowercase letters, digits and dashes",
+                        "fix": "Rename the secret, e.g. hf-token.",
+                    }
+                ],
+            )
+        await registry_of(request).put_secret(name, secret.value.get_secret_value())
+        log.info("secret stored", extra={"secret_name": name})
+        return Response(status_code=204)
+
+    @app.delete(
+        "/v1/secrets/{name}",
+        tags=["secrets"],
+        status_code=204,
+        dependencies=[Depends(require_token)],
+        responses={404: {"description": "No such secret"}},
+    )
+    async def delete_secret(name: str, request: Request) -> Response:
+        if not await registry_of(request).delete_secret(name):
+            raise HTTPException(status_code=404, detail=f"no secret {name}")
+        return Response(status_code=204)
 
     @app.get("/v1/catalog/stacks", tags=["catalog"])
-    async def stacks(engine: str | None = None, vendor: str | None = None) -> list[dict[str, Any]]:
-        rows = []
-        for spec in CATALOG.values():
-            row = asdict(spec)
-            why = []
-            if engine and spec.engine != engine:
-                why.append(f"runs on {spec.engine}, not {engine}")
-            if vendor and vendor not in spec.vendors:
-                why.append(f"does not run on {vendor}")
-            row["selectable"] = not why
-            row["why_not"] = "; ".join(why) or None
-            rows.append(row)
+    async def stacks(
+        engine: str | None = None, vendor: str | None = None, version: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every stack; each one that cannot be chosen for the query says why."""
+        return stack_rows(engine, vendor, version)
+
+    @app.get("/v1/catalog/orchestrators", tags=["catalog"])
+    async def orchestrators() -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = [{"id": "bare_metal", "locked": False, "why_not": None}]
+        rows += [{"id": k, "locked": True, "why_not": v} for k, v in ORCHESTRATOR_LOCKS.items()]
         return rows
 
     return app

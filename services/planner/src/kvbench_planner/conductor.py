@@ -25,6 +25,7 @@ from kvbench_contracts.events import (
     JobFailed,
     JobFinished,
     JobProgressed,
+    RunCancelled,
     RunFinished,
     RunStarted,
     RunSubmitted,
@@ -34,6 +35,8 @@ from kvbench_contracts.events import (
 )
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.bus import Bus
+from kvbench_planner.cluster import Machine
+from kvbench_planner.registry import Registry, read_all
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.state import JobState, RunState, expand_jobs
 
@@ -64,9 +67,10 @@ class RunFailedError(Exception):
 
 
 class Conductor:
-    def __init__(self, bus: Bus, settings: PlannerSettings) -> None:
+    def __init__(self, bus: Bus, settings: PlannerSettings, registry: Registry) -> None:
         self.bus = bus
         self.settings = settings
+        self.registry = registry
         self.runs: dict[str, RunState] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[str, asyncio.Future[Envelope]] = {}
@@ -151,7 +155,7 @@ class Conductor:
                 self._start_task(state)
 
     # -- commands out -------------------------------------------------------------------------
-    async def submit(self, plan: Plan) -> RunState:
+    async def submit(self, plan: Plan, machines: dict[str, list[Machine]] | None = None) -> RunState:
         state = RunState(
             run_id=new_id(), plan_name=plan.name, plan=plan.model_dump(mode="json"), jobs=expand_jobs(plan)
         )
@@ -176,6 +180,8 @@ class Conductor:
         if state is None:
             return None
         task = self._tasks.get(run_id)
+        if state.status in ("pending", "running"):
+            await self.bus.publish(RunCancelled(run_id=run_id))  # load generators stop the run's jobs
         if task and not task.done():
             self._cancelling.add(run_id)
             task.cancel()
@@ -243,41 +249,34 @@ class Conductor:
             await self._finish(state, "failed", [{"code": "internal_error", "message": str(exc), "fix": ""}])
 
     async def _nodes_for(self, workload: Workload) -> list[dict[str, Any]]:
+        """The machines a workload runs on, once their agents are up (waits ``node_wait_s`` for them)."""
         kv = await self.bus.kv("kvbench_nodes")
         deadline = time.monotonic() + self.settings.node_wait_s
         sim = workload.cluster.sim
-        wanted = sim.machines if sim else None
         while True:
-            nodes: list[dict[str, Any]] = []
-            with contextlib.suppress(nats.js.errors.NoKeysError):
-                for key in await kv.keys():
-                    with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-                        entry = await kv.get(key)
-                        if entry.value:
-                            nodes.append(json.loads(entry.value)["inventory"])
+            live: dict[str, dict[str, Any]] = {}
+            for key, value in (await read_all(kv)).items():
+                live[key] = json.loads(value)["inventory"]
             if sim is not None:
-                chosen = sorted((n for n in nodes if n.get("simulated")), key=lambda n: str(n["node_id"]))
-                if len(chosen) >= (wanted or 0):
-                    return chosen[:wanted]
+                chosen = sorted((n for n in live.values() if n.get("simulated")), key=lambda n: str(n["node_id"]))
+                if len(chosen) >= sim.machines:
+                    return chosen[: sim.machines]
+                missing = f"{sim.machines - len(chosen)} more simulated machine(s)"
             else:
-                chosen = sorted(
-                    (n for n in nodes if n.get("group") == workload.cluster.group),
-                    key=lambda n: str(n["node_id"]),
-                )
-                if chosen:
-                    return chosen
+                members = [m.name for m in (await self.registry.groups()).get(workload.cluster.group or "", [])]
+                down = [m for m in members if m not in live]
+                if members and not down:
+                    return [live[m] for m in members]
+                missing = ", ".join(down) or f"any machine of group {workload.cluster.group}"
             if time.monotonic() > deadline:
-                have = len(chosen)
                 if sim is not None:
                     raise RunFailedError(
                         "cluster_unavailable",
-                        f"The simulated cluster needs {wanted} machines and {have} agents are up",
-                        f"Start more simulated machines: kvbench up --sim-machines {wanted}.",
+                        f"The simulated cluster needs {sim.machines} machines; {missing} are not up",
+                        f"Start more simulated machines: kvbench up --sim-machines {sim.machines}.",
                     )
                 raise RunFailedError(
-                    "cluster_unavailable",
-                    f"No machine of cluster group {workload.cluster.group!r} is up",
-                    "Start the agent on each machine of the group.",
+                    NODE_UNRESPONSIVE["code"], f"{NODE_UNRESPONSIVE['message']} ({missing})", NODE_UNRESPONSIVE["fix"]
                 )
             await asyncio.sleep(0.5)
 
@@ -354,7 +353,10 @@ class Conductor:
         nodes = await self._nodes_for(workload)
         node_ids = [str(n["node_id"]) for n in nodes]
         state.nodes = node_ids
-        generation = 0
+        # a resumed run re-sends StartStack with the ids it used before: agents answer for running stacks
+        generation = state.stack_generation.get(workload.name, 0)
+        state.stack_generation[workload.name] = generation
+        await self.save(state)
         deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
         pairs = list(zip(node_ids, deps, strict=True))
         watcher = asyncio.create_task(self._watch_nodes(node_ids))
@@ -366,6 +368,8 @@ class Conductor:
                 if not first and workload.measurement.cache_state == "empty":
                     await self._stop_stacks(state, pairs)
                     generation += 1
+                    state.stack_generation[workload.name] = generation
+                    await self.save(state)
                     deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
                     pairs = list(zip(node_ids, deps, strict=True))
                 first = False

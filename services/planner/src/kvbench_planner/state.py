@@ -44,6 +44,11 @@ class RunState(BaseModel):
     reasons: list[dict[str, str]] = Field(default_factory=list)
     current_workload: str | None = None
     nodes: list[str] = Field(default_factory=list)
+    stack_generation: dict[str, int] = Field(
+        default_factory=dict,
+        description="Workload -> how many times its stack was started; a resumed planner "
+        "re-attaches to the stack it last started",
+    )
 
     @property
     def progress(self) -> float:

@@ -1,42 +1,38 @@
 """Plan review: every problem at once, as ``{workload, field, code, message, fix}`` entries (PLAN.md).
 
-Structure (types, unknown keys) is checked by the pydantic models; the rules below are the product's
-refusals and warnings, with its messages word for word where it has one.
+Structure (types, unknown keys) is checked by the pydantic models; ``rules`` holds the product's refusals
+and warnings. The same function serves ``POST /v1/plans/validate`` and ``kvbench plan validate``: only
+the way a registered cluster group is resolved differs (the live inventory, or ``--cluster FILE``).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from kvbench_contracts.plan import Plan, Workload
-from kvbench_planner.catalog import CATALOG, ORCHESTRATOR_LOCKS
+from kvbench_contracts.plan import Plan
+from kvbench_planner.cluster import ClusterFile, Machine, machines_from_sim
+from kvbench_planner.expand import expand_plan
+from kvbench_planner.rules import Issue, workload_issues
 
-__all__ = ["Issue", "Review", "parse_document", "review_plan"]
+__all__ = [
+    "GroupResolver",
+    "Issue",
+    "Review",
+    "count_jobs",
+    "load_cluster_file",
+    "parse_document",
+    "review_plan",
+    "review_text",
+]
 
 MAX_DOCUMENT_BYTES = 1_000_000
 
-
-@dataclass(frozen=True)
-class Issue:
-    code: str
-    message: str
-    fix: str = ""
-    field: str = ""
-    workload: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "field": self.field,
-            "code": self.code,
-            "message": self.message,
-            "fix": self.fix,
-        }
+GroupResolver = Callable[[str], list[Machine] | None]
 
 
 @dataclass
@@ -45,18 +41,23 @@ class Review:
     errors: list[Issue] = field(default_factory=list)
     warnings: list[Issue] = field(default_factory=list)
     jobs: int = 0
+    expanded: dict[str, Any] | None = None
+    machines: dict[str, list[Machine]] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
         return self.plan is not None and not self.errors
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "valid": self.valid,
             "errors": [e.as_dict() for e in self.errors],
             "warnings": [w.as_dict() for w in self.warnings],
             "jobs": self.jobs,
         }
+        if self.valid and self.expanded is not None:
+            out["expanded"] = self.expanded
+        return out
 
 
 def parse_document(text: str | bytes) -> tuple[Any, Issue | None]:
@@ -77,6 +78,8 @@ def parse_document(text: str | bytes) -> tuple[Any, Issue | None]:
             f"The plan is not valid YAML or JSON{at}",
             "Fix the syntax; check indentation and quotes.",
         )
+    except (ValueError, UnicodeDecodeError):
+        return None, Issue("invalid_document", "The plan is not UTF-8 text", "Save the plan as UTF-8.")
     if not isinstance(data, dict):
         return None, Issue(
             "invalid_document",
@@ -88,25 +91,24 @@ def parse_document(text: str | bytes) -> tuple[Any, Issue | None]:
 
 def _field_path(loc: tuple[int | str, ...], data: dict[str, Any]) -> tuple[str | None, str]:
     workload: str | None = None
-    parts = list(loc)
-    if len(parts) >= 2 and parts[0] == "workloads" and isinstance(parts[1], int):
+    if len(loc) >= 2 and loc[0] == "workloads" and isinstance(loc[1], int):
         items = data.get("workloads") or []
-        if parts[1] < len(items) and isinstance(items[parts[1]], dict):
-            workload = items[parts[1]].get("name")
-    return workload, ".".join(str(p) for p in parts)
+        if isinstance(items, list) and loc[1] < len(items) and isinstance(items[loc[1]], dict):
+            name = items[loc[1]].get("name")
+            workload = name if isinstance(name, str) else None
+    return workload, ".".join(str(p) for p in loc)
 
 
 def _structural(exc: ValidationError, data: dict[str, Any]) -> list[Issue]:
     issues: list[Issue] = []
     for err in exc.errors():
-        loc = tuple(err["loc"])
-        workload, path = _field_path(loc, data)
+        workload, path = _field_path(tuple(err["loc"]), data)
         if err["type"] == "extra_forbidden":
             issues.append(
                 Issue(
                     "unknown_field",
                     f"Unknown key {path!r}",
-                    "Remove it or check its spelling against PLAN.md (`kvbench plan schema` lists every key).",
+                    "Remove it or check its spelling (`kvbench plan schema` lists every key).",
                     path,
                     workload,
                 )
@@ -120,209 +122,11 @@ def _structural(exc: ValidationError, data: dict[str, Any]) -> list[Issue]:
     return issues
 
 
-def _workload_rules(w: Workload, machines: int | None, vendor: str | None) -> tuple[list[Issue], list[Issue]]:
-    errors: list[Issue] = []
-    warnings: list[Issue] = []
-
-    def err(code: str, message: str, fix: str, path: str) -> None:
-        errors.append(Issue(code, message, fix, path, w.name))
-
-    stack = CATALOG.get(w.stack)
-    if w.orchestrator != "bare_metal":
-        err("orchestrator_locked", ORCHESTRATOR_LOCKS[w.orchestrator], "Choose bare_metal.", "orchestrator")
-    if stack is None:
-        err(
-            "unknown_stack",
-            f"There is no stack {w.stack!r}",
-            "Choose a stack id from `kvbench catalog`.",
-            "stack",
-        )
-    else:
-        if stack.engine != w.engine.name:
-            err(
-                "stack_engine_mismatch",
-                f"The stack {stack.id} runs on {stack.engine}, not {w.engine.name}",
-                f"Choose a {w.engine.name} stack, or set engine.name to {stack.engine}.",
-                "stack",
-            )
-        if stack.strategy != w.strategy:
-            err(
-                "stack_engine_mismatch",
-                f"The stack {stack.id} implements the {stack.strategy} strategy, not {w.strategy}",
-                f"Set strategy to {stack.strategy}, or choose a {w.strategy} stack.",
-                "strategy",
-            )
-        if stack.lmcache_server and w.kv_tier == "gpu":
-            err(
-                "needs_lmcache_server",
-                "The stack needs an LMCache server on every node",
-                "Choose the CPU RAM or NVMe SSD tier.",
-                "kv_tier",
-            )
-        elif w.kv_tier not in stack.tiers:
-            if w.engine.name == "sglang":
-                err("tier_not_offered", "SGLang offers the GPU tier only", "Choose the GPU tier.", "kv_tier")
-            else:
-                err(
-                    "tier_not_offered",
-                    f"The stack {stack.id} does not use the {w.kv_tier} tier",
-                    "Choose the GPU tier, or an LMCache stack.",
-                    "kv_tier",
-                )
-        for need in stack.needs:
-            if need == "prefill":
-                if w.sizing.prefill_machines is None and w.sizing.prefill_gpus is None:
-                    err(
-                        "missing_sizing_field",
-                        "A split stack needs Prefill machines or Prefill GPUs",
-                        "Set sizing.prefill_machines or sizing.prefill_gpus.",
-                        "sizing.prefill_machines",
-                    )
-            elif getattr(w.sizing, need) is None:
-                err(
-                    "missing_sizing_field",
-                    f"The stack {stack.id} needs sizing.{need}",
-                    f"Set sizing.{need}.",
-                    f"sizing.{need}",
-                )
-        if stack.strategy in ("split", "split_offload") and w.measurement.routing == "round_robin":
-            err(
-                "round_robin_split",
-                "Round robin cannot route prefill and decode",
-                "In Routing, choose a prefill and decode routing policy.",
-                "measurement.routing",
-            )
-        if vendor and vendor not in stack.vendors:
-            err(
-                "engine_vendor",
-                f"The stack {stack.id} does not run on {vendor.upper()} GPUs",
-                "Choose a stack the vendor runs.",
-                "stack",
-            )
-        if stack.one_engine_per_machine:
-            gpm = w.sizing.gpus_per_machine
-            if gpm is None or gpm != w.engine.tensor_parallel_size:
-                err(
-                    "one_engine_per_machine",
-                    "The stack runs one engine per machine, and a machine would run more",
-                    "Set GPUs per machine to the tensor parallel size.",
-                    "sizing.gpus_per_machine",
-                )
-        if stack.strategy == "shared_pool" and machines == 1:
-            err(
-                "shared_pool_single_machine",
-                "A shared KV pool shares KV between machines, and this group has one machine",
-                "Add a machine to the cluster group, or choose an offload or split stack.",
-                "cluster",
-            )
-        if w.cluster.sim is not None and not stack.simulated:
-            err(
-                "stack_not_simulated",
-                f"The stack {stack.id} has no simulated form yet",
-                "Choose a simulated stack (`kvbench catalog` marks them) or a registered cluster group.",
-                "stack",
-            )
-        if w.engine.version and not any(v.endswith(w.engine.version) for v in stack.validated_on):
-            warnings.append(
-                Issue(
-                    "stack_not_validated",
-                    f"No validated run of {stack.id} on {w.engine.name} {w.engine.version}",
-                    "Treat the result as a first measurement.",
-                    "engine.version",
-                    w.name,
-                )
-            )
-    if w.kv_tier == "nvme" and (w.sizing.disk_tier_gb is None or w.sizing.disk_tier_path is None):
-        err(
-            "missing_sizing_field",
-            "The NVMe tier needs sizing.disk_tier_gb and sizing.disk_tier_path",
-            "Set both disk tier fields.",
-            "sizing.disk_tier_gb",
-        )
-
-    m, shape = w.measurement, w.traffic.shape
-    if shape != "agentic_replay":
-        if m.load_duration_s is not None:
-            err(
-                "field_not_for_shape",
-                "Load duration applies to the agentic data set replay only",
-                "Remove measurement.load_duration_s; set traffic.duration_s to bound each job.",
-                "measurement.load_duration_s",
-            )
-        if w.traffic.dataset is not None:
-            err(
-                "field_not_for_shape",
-                "Only the agentic data set replay reads a dataset",
-                "Remove traffic.dataset.",
-                "traffic.dataset",
-            )
-        if w.traffic.duration_s is None and shape not in {"document_reuse", "trace_replay"}:
-            err(
-                "missing_field",
-                f"The {shape} shape needs traffic.duration_s to bound each job",
-                "Set traffic.duration_s, in seconds.",
-                "traffic.duration_s",
-            )
-    elif m.load_duration_s is not None and not 120 <= m.load_duration_s <= 14400:
-        err(
-            "load_duration_range",
-            "Load duration must be between 120 and 14400 s",
-            "Set measurement.load_duration_s within 120..14400.",
-            "measurement.load_duration_s",
-        )
-    if not 0 <= m.warmup_s <= 3600:
-        err(
-            "warmup_range",
-            "Warm-up must be between 0 and 3600 s",
-            "Set measurement.warmup_s within 0..3600.",
-            "measurement.warmup_s",
-        )
-    load = w.effective_load_duration_s()
-    if load and m.warmup_s >= load / 2:
-        err(
-            "warmup_too_long",
-            "Warm-up must be less than half the load duration",
-            f"Set measurement.warmup_s below {load / 2:g} s.",
-            "measurement.warmup_s",
-        )
-    if m.repeats < 3:
-        warnings.append(
-            Issue(
-                "preliminary",
-                "Fewer than 3 repeats: results are preliminary",
-                "Set measurement.repeats to 3 or more for confidence intervals.",
-                "measurement.repeats",
-                w.name,
-            )
-        )
-    if load and load - m.warmup_s < 300:
-        warnings.append(
-            Issue(
-                "short_window",
-                f"Only {load - m.warmup_s:g} s would be measured (less than 300 s)",
-                "Lengthen the load or shorten the warm-up.",
-                "measurement.warmup_s",
-                w.name,
-            )
-        )
-    if w.traffic.arrivals.mode == "closed_loop" and shape == "synthetic_sessions" and w.traffic.synthetic is None:
-        warnings.append(
-            Issue(
-                "defaults_used",
-                "traffic.synthetic is empty: kvbench's defaults are used",
-                "Set traffic.synthetic to describe the sessions.",
-                "traffic.synthetic",
-                w.name,
-            )
-        )
-    return errors, warnings
-
-
 def count_jobs(plan: Plan) -> int:
     return sum(len(w.traffic.arrivals.load_levels()) * w.measurement.repeats for w in plan.workloads)
 
 
-def review_plan(data: Any) -> Review:
+def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review:
     if not isinstance(data, dict):
         return Review(None, [Issue("invalid_document", "The plan must be a mapping", "Start from examples/demo.yaml.")])
     try:
@@ -343,26 +147,52 @@ def review_plan(data: Any) -> Review:
                 )
             )
         seen.add(w.name)
-        sim = w.cluster.sim
-        machines = sim.machines if sim else None
-        vendor = None
-        if sim is not None:
-            vendor = "amd" if sim.gpu.upper().startswith("MI") else "nvidia"
-        errors, warnings = _workload_rules(w, machines, vendor)
+        machines: list[Machine] | None
+        if w.cluster.sim is not None:
+            machines = machines_from_sim(w.cluster.sim)
+        else:
+            group = w.cluster.group or ""
+            machines = resolve_group(group) if resolve_group else None
+            if machines is None:
+                review.errors.append(
+                    Issue(
+                        "unknown_cluster_group",
+                        f"There is no cluster group {group!r}",
+                        "Create the group (POST /v1/cluster-groups), pass --cluster FILE offline, or set cluster.sim.",
+                        "cluster.group",
+                        w.name,
+                    )
+                )
+        errors, warnings = workload_issues(w, machines)
         review.errors.extend(errors)
         review.warnings.extend(warnings)
+        if machines is not None:
+            review.machines[w.name] = machines
     review.jobs = count_jobs(plan)
     if review.errors:
         review.plan = None
+    else:
+        review.expanded = expand_plan(plan, review.machines)
     return review
 
 
-def review_text(text: str | bytes) -> Review:
+def review_text(text: str | bytes, resolve_group: GroupResolver | None = None) -> Review:
     data, problem = parse_document(text)
     if problem is not None:
         return Review(None, [problem])
-    return review_plan(data)
+    return review_plan(data, resolve_group)
 
 
-def dumps(review: Review) -> str:
-    return json.dumps(review.as_dict(), indent=2)
+def load_cluster_file(text: str | bytes) -> tuple[dict[str, list[Machine]], str | None]:
+    """``--cluster FILE`` for offline review: the groups, or a message naming what is wrong."""
+    try:
+        data = yaml.safe_load(text)
+        return dict(ClusterFile.model_validate(data).groups), None
+    except yaml.YAMLError:
+        return {}, "not valid YAML or JSON"
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return (
+            {},
+            f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} (expected {{groups: {{NAME: [machine]}}}})",
+        )

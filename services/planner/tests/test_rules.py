@@ -1,0 +1,223 @@
+"""PLAN.md refusals that depend on the machines, model fit, the expanded review, and the examples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbench_planner.cluster import Machine, RdmaPort
+from kvbench_planner.validation import load_cluster_file, review_plan, review_text
+
+EXAMPLES = sorted(Path("examples").glob("*.yaml"))
+
+
+def plan(*workloads: dict[str, Any], cluster: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    defaults = {
+        "cluster": cluster or {"group": "lab"},
+        "traffic": {"shape": "synthetic_sessions", "duration_s": 900},
+        "measurement": {"warmup_s": 300},
+        **extra,
+    }
+    return {"version": 1, "name": "t", "defaults": defaults, "workloads": list(workloads)}
+
+
+def machines(
+    n: int = 2, gpu: str = "L40S", vendor: str = "nvidia", gpus: int = 1, ram: float = 256, rdma: str = "ACTIVE"
+) -> list[Machine]:
+    return [
+        Machine(
+            name=f"m{i}",
+            vendor=vendor,
+            gpu_model=gpu,
+            gpus=gpus,
+            ram_gb=ram,
+            rdma=[RdmaPort(device="mlx5_0", state=rdma), RdmaPort(device="mlx5_1", state="DOWN")],
+        )
+        for i in range(n)
+    ]
+
+
+def by_code(review: Any) -> dict[str, Any]:
+    return {e.code: e for e in review.errors}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_validate(path: Path) -> None:
+    review = review_text(path.read_bytes())
+    assert review.valid, review.as_dict()["errors"]
+    assert review.expanded is not None
+    assert review.expanded["estimated_duration_s"] > 0
+
+
+def test_guide_example_235b_needs_4_mi300x_or_8_h100() -> None:
+    base = {"name": "big", "strategy": "own_cache", "stack": "vllm-prefix-gpu", "model": "Qwen/Qwen3-235B-A22B"}
+    for gpu, vendor, too_small, enough in (("MI300X", "amd", 2, 4), ("H100", "nvidia", 4, 8)):
+        small = review_plan(
+            plan({**base, "engine": {"tensor_parallel_size": too_small}}),
+            {"lab": machines(gpu=gpu, vendor=vendor, gpus=8)}.get,
+        )
+        fit = by_code(small)["model_does_not_fit"]
+        assert f"at least {enough} {gpu}" in fit.message
+        assert fit.fix.startswith("Set the tensor parallel size so the weights fit.")
+        ok = review_plan(
+            plan({**base, "engine": {"tensor_parallel_size": enough}}),
+            {"lab": machines(gpu=gpu, vendor=vendor, gpus=8)}.get,
+        )
+        assert "model_does_not_fit" not in by_code(ok)
+
+
+def test_inventory_rules() -> None:
+    lab = [*machines(2, gpus=2, ram=100), Machine(name="odd", vendor="nvidia", gpu_model="H100", gpus=2, ram_gb=100)]
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "spill",
+                "stack": "vllm-native-cpu-offload",
+                "sizing": {"host_memory_gb": 90},
+                "engine": {"tensor_parallel_size": 4},
+            },
+        ),
+        {"lab": lab}.get,
+    )
+    codes = by_code(review)
+    assert {"mixed_pool", "tp_exceeds_gpus", "host_memory_too_large"} <= set(codes)
+
+
+def test_rdma_port_down_blocks_only_the_card_in_use() -> None:
+    split = {
+        "name": "pd",
+        "strategy": "split",
+        "stack": "vllm-pd-nixl",
+        "sizing": {"prefill_machines": 1},
+        "measurement": {"routing": "pd_aware"},
+    }
+    down = review_plan(plan(split), {"lab": machines(rdma="DOWN")}.get)
+    entry = by_code(down)["rdma_port_down"]
+    assert entry.message == "An RDMA port is down on a machine"
+    assert entry.fix.startswith("Check that the card the pool uses is cabled and active.")
+    # mlx5_1 is down on every machine, but the pool uses mlx5_0: not blocked
+    fine = review_plan(plan({**split, "network": {"rdma_device": "mlx5_0"}}), {"lab": machines()}.get)
+    assert "rdma_port_down" not in by_code(fine)
+    in_use_down = review_plan(plan({**split, "network": {"rdma_device": "mlx5_1"}}), {"lab": machines()}.get)
+    assert "rdma_port_down" in by_code(in_use_down)
+
+
+def test_prefill_leaves_no_decode_and_vendor_rules() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "pd",
+                "strategy": "split",
+                "stack": "vllm-pd-nixl",
+                "sizing": {"prefill_machines": 2},
+                "measurement": {"routing": "pd_aware"},
+            },
+            {"name": "trt", "strategy": "own_cache", "stack": "trtllm-reuse", "engine": {"name": "trtllm"}},
+            {
+                "name": "mori",
+                "strategy": "split",
+                "stack": "vllm-pd-mori",
+                "sizing": {"prefill_machines": 1},
+                "measurement": {"routing": "pd_aware"},
+            },
+        ),
+        {"lab": machines(vendor="amd", gpu="MI300X")}.get,
+    )
+    errors = [(e.workload, e.code) for e in review.errors]
+    assert ("pd", "prefill_leaves_no_decode") in errors
+    assert ("trt", "engine_vendor") in errors
+    assert ("mori", "engine_vendor") not in errors
+    nvidia = review_plan(
+        plan(
+            {
+                "name": "mori",
+                "strategy": "split",
+                "stack": "vllm-pd-mori",
+                "sizing": {"prefill_machines": 1},
+                "measurement": {"routing": "pd_aware"},
+            }
+        ),
+        {"lab": machines()}.get,
+    )
+    assert "engine_vendor" in by_code(nvidia)
+
+
+def test_warnings_unknown_model_host_memory_high_and_version() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "spill",
+                "stack": "vllm-native-cpu-offload",
+                "model": "acme/secret-model",
+                "sizing": {"host_memory_gb": 150},
+                "engine": {"version": "0.27.0"},
+            },
+        ),
+        {"lab": machines(ram=256)}.get,
+    )
+    assert review.valid
+    assert {w.code for w in review.warnings} >= {"unknown_model", "host_memory_high", "stack_not_validated"}
+
+
+def test_too_old_engine_is_a_stack_mismatch() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "spill",
+                "stack": "vllm-lmcache-mp",
+                "kv_tier": "cpu_ram",
+                "sizing": {"host_memory_gb": 20},
+                "engine": {"version": "0.20.0"},
+            }
+        ),
+        {"lab": machines(n=1)}.get,
+    )
+    assert "0.25.1 or newer" in by_code(review)["stack_engine_mismatch"].message
+
+
+def test_unresolved_group_offline_and_cluster_file() -> None:
+    review = review_plan(plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}))
+    assert "unknown_cluster_group" in by_code(review)
+    groups, problem = load_cluster_file(
+        b"groups:\n  lab:\n    - {name: n1, vendor: nvidia, gpu_model: L40S, gpus: 1,"
+        b" ram_gb: 64, rdma: [{device: mlx5_0, state: ACTIVE}]}\n"
+    )
+    assert problem is None
+    resolved = review_plan(plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}), groups.get)
+    assert resolved.valid
+    _, bad = load_cluster_file(b"groups: {lab: [{name: n1, gpus: many}]}")
+    assert bad is not None
+    assert "gpus" in bad
+
+
+def test_expanded_plan_lists_machines_processes_tiers_and_path() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "pd",
+                "strategy": "split_offload",
+                "stack": "vllm-pd-nixl-lmcache",
+                "kv_tier": "cpu_ram",
+                "sizing": {"prefill_machines": 1, "gpus_per_machine": 1, "host_memory_gb": 32},
+                "measurement": {"routing": "pd_aware", "repeats": 2},
+                "network": {"rdma_device": "mlx5_0"},
+            },
+        ),
+        {"lab": machines(gpus=4)}.get,
+    )
+    assert review.valid, review.as_dict()
+    assert review.expanded is not None
+    w = review.expanded["workloads"][0]
+    assert [m["name"] for m in w["machines"]] == ["m0", "m1"]
+    assert any("router" in p for p in w["machines"][0]["processes"])
+    assert any("lmcache server" in p for p in w["machines"][1]["processes"])
+    assert any("(prefill" in p for p in w["machines"][0]["processes"])
+    assert any("(decode" in p for p in w["machines"][1]["processes"])
+    assert {t["tier"] for t in w["tiers"]} >= {"gpu", "cpu_ram"}
+    assert "RDMA (mlx5_0)" in w["network_path"]
+    assert len(w["jobs"]) == 2

@@ -1,0 +1,172 @@
+"""The planner's REST API on a real NATS: review online vs offline, groups, secrets, auth, bad input."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from kvbench_core.settings import load_settings
+from kvbench_planner.app import create_app
+from kvbench_planner.settings import PlannerSettings
+from kvbench_planner.validation import load_cluster_file, review_text
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture
+def client(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("KVBENCH_NATS_URL", nats_url)
+    monkeypatch.setenv("KVBENCH_PLANNER_API_TOKEN", TOKEN)
+    monkeypatch.setenv("KVBENCH_PLANNER_NODE_WAIT_S", "0")
+    with TestClient(create_app(load_settings(PlannerSettings))) as test_client:
+        yield test_client
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+YAML = {"Content-Type": "application/yaml"}
+
+BAD_PLANS = [
+    b"version: 1\nname: x\nworkloads:\n  - {name: a, strategy: split, stack: vllm-pd-nixl,"
+    b" cluster: {sim: {machines: 1}}}\n",
+    b"version: 1\nname: x\nworkloads:\n  - {name: a, strategy: own_cache, stack: nope, cluster: {sim: {}}, extra: 1}\n",
+    b"version: 1\nname: x\nworkloads:\n  - {name: a, strategy: own_cache, stack: trtllm-reuse, engine: {name: trtllm},"
+    b" cluster: {sim: {gpu: MI300X}}, traffic: {shape: shared_prompt, duration_s: 900}}\n",
+]
+
+
+def test_api_and_offline_review_agree(client: TestClient) -> None:
+    documents = [p.read_bytes() for p in sorted((ROOT / "examples").glob("*.yaml"))] + BAD_PLANS
+    for document in documents:
+        online = client.post("/v1/plans/validate", content=document, headers=YAML)
+        offline = review_text(document).as_dict()
+        assert online.status_code == (200 if offline["valid"] else 422)
+        assert online.json() == json.loads(json.dumps(offline)), document[:80]
+
+
+def test_bad_input_gets_a_clear_4xx_and_changes_nothing(client: TestClient) -> None:
+    before = client.get("/v1/runs").json()
+    cases = [b"version: [1", b"[1, 2]", b'{"version": 1, "name": "x", "workloads": "no"}', b"\xff\xfe"]
+    for body in cases:
+        response = client.post("/v1/runs", content=body, headers={**YAML, **AUTH})
+        assert response.status_code == 422, body
+        entries = response.json()["errors"]
+        assert entries
+        assert all(e["message"] and e["fix"] for e in entries)
+    huge = client.post("/v1/runs", content=b"#" * 2_000_000, headers={**YAML, **AUTH})
+    assert huge.status_code == 413
+    assert client.get("/v1/runs").json() == before
+
+
+def test_mutations_need_the_bearer_token(client: TestClient) -> None:
+    demo = (ROOT / "examples" / "demo.yaml").read_bytes()
+    assert client.post("/v1/runs", content=demo, headers=YAML).status_code == 401
+    assert client.post("/v1/runs", content=demo, headers={**YAML, "Authorization": "Bearer wrong"}).status_code == 401
+    created = client.post("/v1/runs", content=demo, headers={**YAML, **AUTH})
+    assert created.status_code == 201
+    run_id = created.json()["run_id"]
+    run = client.get(f"/v1/runs/{run_id}").json()
+    assert len(run["jobs"]) == 2
+    assert client.post(f"/v1/runs/{run_id}/cancel", headers=AUTH).json()["status"] == "cancelled"
+
+
+def test_cluster_groups_from_registered_machines(client: TestClient) -> None:
+    node = f"gpu-{uuid.uuid4().hex[:6]}"
+    unknown = client.post("/v1/cluster-groups", json={"name": "lab", "nodes": [node]}, headers=AUTH)
+    assert unknown.status_code == 422
+    assert unknown.json()["detail"][0]["code"] == "unknown_node"
+    inventory = {
+        "node_id": node,
+        "hostname": "h",
+        "simulated": False,
+        "vendor": "nvidia",
+        "gpu_model": "L40S",
+        "gpus": 2,
+        "gpu_memory_gb": 48,
+        "ram_gb": 256,
+        "cpus": 32,
+        "group": None,
+        "rdma": [{"device": "mlx5_0", "state": "ACTIVE"}],
+    }
+    portal = client.portal
+    assert portal is not None
+    bus = client.app.state.bus  # type: ignore[attr-defined]
+
+    async def register() -> None:
+        kv = await bus.kv("kvbench_inventory")
+        await kv.put(node, json.dumps(inventory).encode())
+
+    portal.call(register)
+    name = f"lab-{node[-6:]}"
+    assert client.post("/v1/cluster-groups", json={"name": name, "nodes": [node]}, headers=AUTH).status_code == 201
+    groups = {g["name"]: g for g in client.get("/v1/cluster-groups").json()}
+    assert groups[name]["machines"][0]["gpu_model"] == "L40S"
+    assert groups[name]["machines"][0]["up"] is False
+    plan = (
+        f"version: 1\nname: g\nworkloads:\n  - {{name: a, strategy: own_cache, stack: vllm-prefix-gpu, "
+        f"cluster: {{group: {name}}}, engine: {{tensor_parallel_size: 4}}, "
+        f"traffic: {{shape: shared_prompt, duration_s: 900}}}}\n"
+    ).encode()
+    review = client.post("/v1/plans/validate", content=plan, headers=YAML).json()
+    assert [e["code"] for e in review["errors"]] == ["tp_exceeds_gpus"]
+    cluster_file, _ = load_cluster_file(
+        json.dumps(
+            {
+                "groups": {
+                    name: [
+                        {
+                            "name": node,
+                            "vendor": "nvidia",
+                            "gpu_model": "L40S",
+                            "gpus": 2,
+                            "ram_gb": 256,
+                            "rdma": [{"device": "mlx5_0", "state": "ACTIVE"}],
+                        }
+                    ]
+                }
+            }
+        ).encode()
+    )
+    assert review_text(plan, cluster_file.get).as_dict() == review
+    assert client.delete(f"/v1/cluster-groups/{name}", headers=AUTH).status_code == 204
+    assert client.delete(f"/v1/cluster-groups/{name}", headers=AUTH).status_code == 404
+
+
+def test_secrets_are_write_only(client: TestClient) -> None:
+    value = "hf_" + uuid.uuid4().hex
+    assert client.put("/v1/secrets/hf-token", json={"value": value}, headers=AUTH).status_code == 204
+    listed = client.get("/v1/secrets")
+    assert {"name": "hf-token"} in listed.json()
+    assert value not in listed.text
+    assert client.put("/v1/secrets/Bad Name", json={"value": "x"}, headers=AUTH).status_code == 422
+    gated = (
+        b"version: 1\nname: s\nworkloads:\n  - {name: a, strategy: own_cache, stack: vllm-prefix-gpu, "
+        b"hf_token_secret: missing-one, cluster: {sim: {}}, traffic: {shape: shared_prompt, duration_s: 900}}\n"
+    )
+    review = client.post("/v1/plans/validate", content=gated, headers=YAML).json()
+    assert [e["code"] for e in review["errors"]] == ["unknown_secret"]
+    assert client.delete("/v1/secrets/hf-token", headers=AUTH).status_code == 204
+
+
+def test_catalog_says_why_a_stack_cannot_be_chosen(client: TestClient) -> None:
+    rows = {
+        r["id"]: r
+        for r in client.get(
+            "/v1/catalog/stacks", params={"engine": "vllm", "vendor": "amd", "version": "0.20.0"}
+        ).json()
+    }
+    assert rows["vllm-prefix-gpu"]["selectable"] is True
+    assert "runs on trtllm" in rows["trtllm-reuse"]["why_not"]
+    assert "NVIDIA" in rows["trtllm-reuse"]["why_not"]
+    assert "0.21.0 or newer" in rows["vllm-pd-mori"]["why_not"]
+    assert len(rows) == 29
+    locked = client.get("/v1/catalog/orchestrators").json()
+    assert {o["id"] for o in locked if o["locked"]} == {"dynamo", "llm-d", "production-stack"}
+    assert client.get("/openapi.json").status_code == 200
