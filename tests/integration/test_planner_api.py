@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +106,12 @@ def test_cluster_groups_from_registered_machines(client: TestClient) -> None:
 
     portal.call(register)
     name = f"lab-{node[-6:]}"
-    assert client.post("/v1/cluster-groups", json={"name": name, "nodes": [node]}, headers=AUTH).status_code == 201
+    for _ in range(100):  # the planner sees the registration through its KV watcher, a moment later
+        created = client.post("/v1/cluster-groups", json={"name": name, "nodes": [node]}, headers=AUTH)
+        if created.status_code == 201:
+            break
+        time.sleep(0.05)
+    assert created.status_code == 201
     groups = {g["name"]: g for g in client.get("/v1/cluster-groups").json()}
     assert groups[name]["machines"][0]["gpu_model"] == "L40S"
     assert groups[name]["machines"][0]["up"] is False

@@ -31,11 +31,15 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
-def _interrupt_on_sigterm() -> None:
+def _interrupt_on_signals() -> None:
+    """Ctrl-C, SIGTERM and a closed terminal all end in the same clean-up, even where the parent started us
+    with SIGINT ignored (a background job of a script)."""
+
     def handler(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -218,7 +222,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    _interrupt_on_sigterm()
+    _interrupt_on_signals()
     out = Path(args.output)
     deployment = LocalDeployment(Path(args.state_dir) / "demo")
     if deployment.load() is not None:  # a demo killed before it could clean up
@@ -243,6 +247,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         err_console.print("interrupted: stopping everything the demo started")
         return 130
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not cut the clean-up
+            signal.signal(sig, signal.SIG_IGN)
         stopped = deployment.down()
         console.print(f"stopped {len(stopped)} processes · demo took {time.monotonic() - started:.0f} s")
 

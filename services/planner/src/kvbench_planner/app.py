@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import Counter, generate_latest
@@ -21,7 +22,7 @@ from kvbench_core.bus import Bus
 from kvbench_core.metrics import metric_name, new_registry
 from kvbench_planner.catalog import CATALOG, ORCHESTRATOR_LOCKS
 from kvbench_planner.conductor import CONTROL_EVENTS, Conductor
-from kvbench_planner.registry import NAME_PATTERN, Registry, read_all
+from kvbench_planner.registry import NAME_PATTERN, Registry
 from kvbench_planner.rules import Issue, version_tuple
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.validation import MAX_DOCUMENT_BYTES, Review, parse_document, review_plan
@@ -30,11 +31,14 @@ __all__ = ["create_app", "stack_rows"]
 
 log = logging.getLogger("kvbench_planner")
 
+# the plan's JSON Schema, with its definitions moved where OpenAPI resolves them
+_PLAN_SCHEMA = Plan.model_json_schema(ref_template="#/components/schemas/{model}")
+_PLAN_DEFS: dict[str, Any] = _PLAN_SCHEMA.pop("$defs", {})
 _PLAN_BODY = {
     "requestBody": {
         "required": True,
         "content": {
-            "application/json": {"schema": Plan.model_json_schema()},
+            "application/json": {"schema": _PLAN_SCHEMA},
             "application/yaml": {"schema": {"type": "string", "description": "The same plan as YAML"}},
         },
     }
@@ -97,8 +101,15 @@ def stack_rows(
     return rows
 
 
+class AsciiJSONResponse(JSONResponse):
+    """Messages echo the user's input, which may hold lone surrogates: escape to ASCII so they always encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
+
+
 def _review_response(review: Review) -> JSONResponse:
-    return JSONResponse(review.as_dict(), status_code=200 if review.valid else 422)
+    return AsciiJSONResponse(review.as_dict(), status_code=200 if review.valid else 422)
 
 
 def create_app(settings: PlannerSettings) -> FastAPI:
@@ -114,7 +125,7 @@ def create_app(settings: PlannerSettings) -> FastAPI:
                 "fine for the embedded demo, not for a shared lab"
             )
         async with Bus.connect(settings.nats_url, name="planner", registry=registry, service="planner") as bus:
-            machines = Registry(bus)
+            machines = await Registry(bus).start()
             conductor = Conductor(bus, settings, machines)
             app.state.conductor, app.state.bus, app.state.registry = conductor, bus, machines
             bus.subscribe(
@@ -130,9 +141,33 @@ def create_app(settings: PlannerSettings) -> FastAPI:
                 yield
             finally:
                 await conductor.close()
+                await machines.stop()
 
     app = FastAPI(title="kvbench planner", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
+    plain_openapi = app.openapi
+
+    def openapi_with_plan() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = plain_openapi()
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(_PLAN_DEFS)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi_with_plan  # type: ignore[method-assign]
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = [
+            {
+                "field": ".".join(str(p) for p in e.get("loc", ())),
+                "code": "invalid_field",
+                "message": str(e.get("msg", "")),
+                "fix": "Send a value of the documented type.",
+            }
+            for e in exc.errors()
+        ]
+        return AsciiJSONResponse({"detail": detail}, status_code=422)
 
     def conductor_of(request: Request) -> Conductor:
         conductor: Conductor = request.app.state.conductor
@@ -150,10 +185,10 @@ def create_app(settings: PlannerSettings) -> FastAPI:
         data, problem = parse_document(body)
         if problem is not None:
             return Review(None, [problem])
-        groups = await registry_of(request).groups()
+        groups = registry_of(request).groups()
         review = review_plan(data, groups.get)
         if review.plan is not None:
-            known = set(await registry_of(request).secret_names())
+            known = set(registry_of(request).secret_names())
             for w in review.plan.workloads:
                 if w.hf_token_secret and w.hf_token_secret not in known:
                     review.errors.append(
@@ -244,22 +279,20 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     @app.get("/v1/nodes", tags=["nodes"])
     async def nodes(request: Request) -> list[dict[str, Any]]:
         """Machines whose agent is heartbeating now, with their inventory."""
-        bus: Bus = request.app.state.bus
-        kv = await bus.kv("kvbench_nodes")
-        return [json.loads(v) for _, v in sorted((await read_all(kv)).items())]
+        return list(registry_of(request).live_nodes().values())
 
     @app.get("/v1/cluster-groups", tags=["cluster groups"])
     async def list_groups(request: Request) -> list[dict[str, Any]]:
         machines = registry_of(request)
-        live = await machines.live_nodes()
-        explicit = await machines.explicit_groups()
+        live = machines.live_nodes()
+        explicit = machines.explicit_groups()
         return [
             {
                 "name": name,
                 "declared_by": "api" if name in explicit else "agents",
                 "machines": [{**m.model_dump(), "up": m.name in live} for m in group],
             }
-            for name, group in sorted((await machines.groups()).items())
+            for name, group in sorted(machines.groups().items())
         ]
 
     @app.post(
@@ -271,7 +304,7 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     )
     async def create_group(group: ClusterGroupIn, request: Request) -> dict[str, Any]:
         machines = registry_of(request)
-        known = await machines.inventories()
+        known = machines.inventories()
         unknown = [n for n in group.nodes if n not in known]
         if unknown:
             raise HTTPException(
@@ -303,7 +336,7 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     @app.get("/v1/secrets", tags=["secrets"])
     async def list_secrets(request: Request) -> list[dict[str, str]]:
         """Names only: a secret's value is never returned."""
-        return [{"name": n} for n in await registry_of(request).secret_names()]
+        return [{"name": n} for n in registry_of(request).secret_names()]
 
     @app.put(
         "/v1/secrets/{name}",
@@ -326,7 +359,7 @@ def create_app(settings: PlannerSettings) -> FastAPI:
                 ],
             )
         await registry_of(request).put_secret(name, secret.value.get_secret_value())
-        log.info("secret stored", extra={"secret_name": name})
+        log.info("secret stored", extra={"entry": name})
         return Response(status_code=204)
 
     @app.delete(

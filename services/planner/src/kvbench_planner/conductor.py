@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -36,7 +35,7 @@ from kvbench_contracts.events import (
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.bus import Bus
 from kvbench_planner.cluster import Machine
-from kvbench_planner.registry import Registry, read_all
+from kvbench_planner.registry import Registry
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.state import JobState, RunState, expand_jobs
 
@@ -250,20 +249,17 @@ class Conductor:
 
     async def _nodes_for(self, workload: Workload) -> list[dict[str, Any]]:
         """The machines a workload runs on, once their agents are up (waits ``node_wait_s`` for them)."""
-        kv = await self.bus.kv("kvbench_nodes")
         deadline = time.monotonic() + self.settings.node_wait_s
         sim = workload.cluster.sim
         while True:
-            live: dict[str, dict[str, Any]] = {}
-            for key, value in (await read_all(kv)).items():
-                live[key] = json.loads(value)["inventory"]
+            live = {key: beat["inventory"] for key, beat in self.registry.live_nodes().items()}
             if sim is not None:
                 chosen = sorted((n for n in live.values() if n.get("simulated")), key=lambda n: str(n["node_id"]))
                 if len(chosen) >= sim.machines:
                     return chosen[: sim.machines]
                 missing = f"{sim.machines - len(chosen)} more simulated machine(s)"
             else:
-                members = [m.name for m in (await self.registry.groups()).get(workload.cluster.group or "", [])]
+                members = [m.name for m in self.registry.groups().get(workload.cluster.group or "", [])]
                 down = [m for m in members if m not in live]
                 if members and not down:
                     return [live[m] for m in members]

@@ -1,4 +1,4 @@
-"""Machines, cluster groups and secrets, kept in JetStream KV buckets.
+"""Machines, cluster groups and secrets, kept in JetStream KV buckets and mirrored in memory.
 
 A cluster group is either created through the API (a name and its machines) or declared by the agents
 themselves (``KVBENCH_NODE_AGENT_GROUP``); the last inventory each machine registered describes it.
@@ -7,85 +7,80 @@ Secrets are write-only: the API stores and deletes them and lists their names, n
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
+import time
 from typing import Any
 
-import nats.js.errors
-from nats.js.kv import KeyValue
-
+from kvbench_contracts.streams import BUCKETS
 from kvbench_core.bus import Bus
+from kvbench_core.kvmirror import KvMirror
 from kvbench_planner.cluster import Machine, machine_from_inventory
 
-__all__ = ["NAME_PATTERN", "Registry", "read_all"]
+__all__ = ["NAME_PATTERN", "Registry"]
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-
-
-async def read_all(kv: KeyValue) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    with contextlib.suppress(nats.js.errors.NoKeysError):
-        for key in await kv.keys():
-            with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-                entry = await kv.get(key)
-                if entry.value:
-                    out[key] = entry.value
-    return out
+_NODE_TTL_S = next(b.ttl_s for b in BUCKETS if b.name == "kvbench_nodes") or 15.0
 
 
 class Registry:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self._mirrors: dict[str, KvMirror] = {}
 
-    async def inventories(self) -> dict[str, dict[str, Any]]:
-        raw = await read_all(await self.bus.kv("kvbench_inventory"))
-        return {key: json.loads(value) for key, value in raw.items()}
+    async def start(self) -> Registry:
+        for bucket in ("kvbench_nodes", "kvbench_inventory", "kvbench_groups", "kvbench_secrets"):
+            self._mirrors[bucket] = await KvMirror(await self.bus.kv(bucket), bucket).start()
+        return self
 
-    async def live_nodes(self) -> set[str]:
-        return set(await read_all(await self.bus.kv("kvbench_nodes")))
+    async def stop(self) -> None:
+        for mirror in self._mirrors.values():
+            await mirror.stop()
 
-    async def groups(self) -> dict[str, list[Machine]]:
-        inventories = await self.inventories()
+    def live_nodes(self) -> dict[str, dict[str, Any]]:
+        """Heartbeats younger than the bucket's TTL (expiry leaves no marker for a watcher to see)."""
+        now = time.time()
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self._mirrors["kvbench_nodes"].snapshot().items():
+            beat = json.loads(value)
+            if now - float(beat.get("at", 0)) <= _NODE_TTL_S:
+                out[key] = beat
+        return dict(sorted(out.items()))
+
+    def inventories(self) -> dict[str, dict[str, Any]]:
+        return {k: json.loads(v) for k, v in self._mirrors["kvbench_inventory"].snapshot().items()}
+
+    def explicit_groups(self) -> dict[str, list[str]]:
+        return {k: list(json.loads(v)["nodes"]) for k, v in self._mirrors["kvbench_groups"].snapshot().items()}
+
+    def groups(self) -> dict[str, list[Machine]]:
+        inventories = self.inventories()
         groups: dict[str, list[Machine]] = {}
         for inventory in inventories.values():
             name = inventory.get("group")
             if name:
                 groups.setdefault(str(name), []).append(machine_from_inventory(inventory))
-        for name, value in (await read_all(await self.bus.kv("kvbench_groups"))).items():
-            members = json.loads(value)["nodes"]
+        for name, members in self.explicit_groups().items():
             groups[name] = [machine_from_inventory(inventories[n]) for n in members if n in inventories]
         return {name: sorted(machines, key=lambda m: m.name) for name, machines in groups.items()}
 
-    async def explicit_groups(self) -> dict[str, list[str]]:
-        raw = await read_all(await self.bus.kv("kvbench_groups"))
-        return {name: list(json.loads(value)["nodes"]) for name, value in raw.items()}
-
     async def put_group(self, name: str, nodes: list[str]) -> None:
-        kv = await self.bus.kv("kvbench_groups")
-        await kv.put(name, json.dumps({"nodes": nodes}).encode())
+        await self._mirrors["kvbench_groups"].put(name, json.dumps({"nodes": nodes}).encode())
 
     async def delete_group(self, name: str) -> bool:
-        kv = await self.bus.kv("kvbench_groups")
-        try:
-            await kv.get(name)
-        except nats.js.errors.KeyNotFoundError:
+        if not NAME_PATTERN.match(name) or name not in self.explicit_groups():
             return False
-        await kv.purge(name)
+        await self._mirrors["kvbench_groups"].purge(name)
         return True
 
     async def put_secret(self, name: str, value: str) -> None:
-        kv = await self.bus.kv("kvbench_secrets")
-        await kv.put(name, value.encode())
+        await self._mirrors["kvbench_secrets"].put(name, value.encode())
 
-    async def secret_names(self) -> list[str]:
-        return sorted(await read_all(await self.bus.kv("kvbench_secrets")))
+    def secret_names(self) -> list[str]:
+        return sorted(self._mirrors["kvbench_secrets"].snapshot())
 
     async def delete_secret(self, name: str) -> bool:
-        kv = await self.bus.kv("kvbench_secrets")
-        try:
-            await kv.get(name)
-        except nats.js.errors.KeyNotFoundError:
+        if not NAME_PATTERN.match(name) or name not in self._mirrors["kvbench_secrets"].values:
             return False
-        await kv.purge(name)
+        await self._mirrors["kvbench_secrets"].purge(name)
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,10 +37,10 @@ class Issue:
 def version_tuple(text: str) -> tuple[int, ...]:
     digits: list[int] = []
     for part in text.lstrip("v").split("."):
-        num = "".join(ch for ch in part if ch.isdigit())
-        if not num:
+        match = re.match(r"[0-9]+", part)  # ASCII digits only: "0.25.1rc2" -> (0, 25, 1)
+        if match is None:
             break
-        digits.append(int(num))
+        digits.append(int(match.group()))
     return tuple(digits)
 
 
