@@ -30,13 +30,20 @@ def _three_job_plan() -> str:
 
 
 def _status(api: str, run_id: str) -> dict[str, object]:
+    """The run's status; a planner that is still starting may refuse or not know the run for a moment."""
+    last = ""
     for _ in range(100):
         try:
-            result: dict[str, object] = httpx.get(f"{api}/v1/runs/{run_id}", timeout=5).json()
-            return result
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise AssertionError("the planner did not answer")
+            response = httpx.get(f"{api}/v1/runs/{run_id}", timeout=5)
+        except httpx.HTTPError as exc:
+            last = repr(exc)
+        else:
+            if response.status_code == 200:
+                result: dict[str, object] = response.json()
+                return result
+            last = f"HTTP {response.status_code}: {response.text[:300]}"
+        time.sleep(0.2)
+    raise AssertionError(f"the planner did not report run {run_id}: {last}")
 
 
 def test_planner_killed_mid_run_resumes_without_repeating_jobs(
