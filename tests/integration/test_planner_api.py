@@ -26,7 +26,7 @@ TOKEN = "t0ken-for-tests"
 def client(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("KVBENCH_NATS_URL", nats_url)
     monkeypatch.setenv("KVBENCH_PLANNER_API_TOKEN", TOKEN)
-    monkeypatch.setenv("KVBENCH_PLANNER_NODE_WAIT_S", "0")
+    monkeypatch.setenv("KVBENCH_PLANNER_NODE_WAIT_S", "60")  # a run waits for agents, so it can be cancelled
     with TestClient(create_app(load_settings(PlannerSettings))) as test_client:
         yield test_client
 

@@ -25,6 +25,13 @@ class StartStack(Envelope):
     engine: dict[str, Any] = Field(default_factory=dict)
     sizing: dict[str, Any] = Field(default_factory=dict)
     sim: dict[str, Any] | None = Field(None, description="Simulated cluster description, for the sim launcher")
+    kv_tier: str = Field("gpu", description="KV Cache Storage Tier")
+    network: dict[str, Any] = Field(default_factory=dict, description="transfer_backend, rdma_device")
+    routing: str = Field("round_robin", description="Routing policy, for stacks that bring a router")
+    pool: list[dict[str, Any]] = Field(
+        default_factory=list, description="Every machine of the pool in order: {name, host, gpus, vendor}"
+    )
+    hf_token_secret: str | None = Field(None, description="Name of the stored secret with the HF token")
 
 
 class StopStack(Envelope):

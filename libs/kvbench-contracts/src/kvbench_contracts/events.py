@@ -45,6 +45,8 @@ class NodeInventory(BaseModel):
     cpus: int = Field(0, description="CPU cores")
     group: str | None = Field(None, description="Cluster group the machine was registered into")
     rdma: list[dict[str, str]] = Field(default_factory=list, description="RDMA ports: {device, state}")
+    address: str | None = Field(None, description="Address other machines reach this one at")
+    binaries: list[str] = Field(default_factory=list, description="Engine binaries found on PATH")
 
 
 class NodeRegistered(Envelope):
@@ -183,3 +185,4 @@ class EngineSampled(Envelope):
     engine_id: str
     job_id: str | None = None
     values: dict[str, float] = Field(description="Series name (with labels) -> value")
+    normalized: dict[str, float] = Field(default_factory=dict, description="kvbench's engine-neutral counters")

@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import aiohttp
+import nats.js.errors
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kvbench_contracts.commands import StartStack, StopStack
@@ -21,7 +22,11 @@ from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.settings import load_settings
 from kvbench_node_agent.inventory import collect_inventory
-from kvbench_node_agent.launchers import Deployment, Launcher, LaunchError, SimLauncher
+from kvbench_node_agent.launchers import Deployment, LaunchError, SimLauncher
+from kvbench_node_agent.launchers.process import ProcessLauncher
+from kvbench_node_agent.normalize import normalize
+from kvbench_node_agent.preflight import preflight
+from kvbench_node_agent.recipes import EngineSettings, PoolMachine, RenderContext, UnknownStackError, render
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_node_agent.settings import NodeAgentSettings
 
@@ -35,10 +40,13 @@ class NodeAgent:
         self.settings = settings
         self.bus = bus
         self.node_id = settings.node_id
-        self.inventory = collect_inventory(settings.node_id, settings.simulated, settings.group)
+        self.inventory = collect_inventory(settings.node_id, settings.simulated, settings.group, settings.address)
         state_dir = Path(settings.state_dir) / settings.node_id
-        self.launchers: dict[str, Launcher] = {
-            "sim": SimLauncher(settings.node_id, state_dir, settings.engine_health_timeout_s),
+        host = self.inventory.address or "127.0.0.1"
+        self.sim = SimLauncher(settings.node_id, state_dir, settings.engine_health_timeout_s)
+        self.launchers: dict[str, ProcessLauncher] = {
+            name: ProcessLauncher(name, settings.node_id, host, state_dir, settings.engine_health_timeout_s)
+            for name in ("process", "docker")
         }
         self.deployments: dict[str, Deployment] = {}
         self._scrapers: dict[str, asyncio.Task[None]] = {}
@@ -90,20 +98,9 @@ class NodeAgent:
         if existing is not None:  # redelivered command: say again that it is up
             await self._publish_ready(existing)
             return
-        launcher = self.launchers.get(command.launcher)
-        if launcher is None:
-            await self.bus.publish(
-                StackFailed(
-                    deployment_id=command.deployment_id,
-                    run_id=command.run_id,
-                    node_id=self.node_id,
-                    reason=f"launcher {command.launcher!r} is not available here",
-                )
-            )
-            return
         log.info("starting stack", extra={**ids, "stack": command.stack, "launcher": command.launcher})
         try:
-            deployment = await launcher.start(command)
+            deployment = await self._launch(command)
         except LaunchError as exc:
             self.m_launch_failures.inc()
             log.error("stack failed to start", extra={**ids, "reason": str(exc)[:500]})
@@ -121,6 +118,63 @@ class NodeAgent:
         self._scrapers[command.deployment_id] = asyncio.create_task(self._scrape_loop(deployment))
         await self._publish_ready(deployment)
         log.info("stack ready", extra={**ids, "endpoints": [e.base_url for e in deployment.endpoints]})
+
+    async def _launch(self, command: StartStack) -> Deployment:
+        if command.launcher == "sim":
+            deployment: Deployment = await self.sim.start(command)
+            return deployment
+        launcher = self.launchers.get(command.launcher)
+        if launcher is None:
+            raise LaunchError(f"{self.node_id}: launcher {command.launcher!r} is not available; use process or docker")
+        machines = [PoolMachine.model_validate(m) for m in command.pool] or [
+            PoolMachine(
+                name=self.node_id,
+                host=self.inventory.address or "127.0.0.1",
+                gpus=self.inventory.gpus,
+                vendor=self.inventory.vendor or "nvidia",
+            )
+        ]
+        ctx = RenderContext(
+            stack=command.stack,
+            model=command.model,
+            engine=EngineSettings.model_validate(command.engine),
+            kv_tier=command.kv_tier,
+            sizing=command.sizing,
+            network=command.network,
+            machines=machines,
+            routing=command.routing,
+        )
+        try:
+            specs = render(ctx).get(self.node_id, [])
+        except UnknownStackError as exc:
+            raise LaunchError(f"{self.node_id}: {exc}") from exc
+        token = await self._secret(command.hf_token_secret)
+        issues = preflight(
+            self.node_id,
+            specs,
+            command.launcher,
+            command.sizing,
+            self.inventory.ram_gb,
+            command.model,
+            has_token=token is not None,
+        )
+        if issues:
+            raise LaunchError("preflight failed: " + "; ".join(str(i) for i in issues))
+        vendor = next((m.vendor for m in machines if m.name == self.node_id), "nvidia")
+        secrets_env = {"HF_TOKEN": token} if token else None
+        return await launcher.start_specs(
+            command.deployment_id, command.run_id, command.stack, specs, secrets_env, vendor
+        )
+
+    async def _secret(self, name: str | None) -> str | None:
+        if not name:
+            return None
+        kv = await self.bus.kv("kvbench_secrets")
+        try:
+            entry = await kv.get(name)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return entry.value.decode() if entry.value else None
 
     async def _publish_ready(self, deployment: Deployment) -> None:
         await self.bus.publish(
@@ -158,7 +212,8 @@ class NodeAgent:
                                 node_id=self.node_id,
                                 run_id=deployment.run_id,
                                 engine_id=endpoint.engine_id,
-                                values=parse_samples(text),
+                                values=(values := parse_samples(text)),
+                                normalized=normalize(values),
                             )
                         )
                     except (aiohttp.ClientError, TimeoutError) as exc:

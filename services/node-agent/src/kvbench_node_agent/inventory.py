@@ -60,7 +60,21 @@ def rdma_ports(root: str = "/sys/class/infiniband") -> list[dict[str, str]]:
     return ports
 
 
-def collect_inventory(node_id: str, simulated: bool, group: str | None) -> NodeInventory:
+ENGINE_BINARIES = (
+    "vllm",
+    "trtllm-serve",
+    "lmcache",
+    "mooncake_master",
+    "valkey-server",
+    "redis-server",
+    "vllm-router",
+    "docker",
+    "nvidia-smi",
+    "amd-smi",
+)
+
+
+def collect_inventory(node_id: str, simulated: bool, group: str | None, address: str | None = None) -> NodeInventory:
     if simulated:
         return NodeInventory(
             node_id=node_id,
@@ -73,6 +87,7 @@ def collect_inventory(node_id: str, simulated: bool, group: str | None) -> NodeI
             ram_gb=_ram_gb(),
             cpus=os.cpu_count() or 0,
             group=group,
+            address=address or socket.gethostname(),
         )
     model, count, mem = _nvidia_gpus()
     return NodeInventory(
@@ -86,5 +101,7 @@ def collect_inventory(node_id: str, simulated: bool, group: str | None) -> NodeI
         ram_gb=_ram_gb(),
         cpus=os.cpu_count() or 0,
         group=group,
+        address=address or socket.gethostname(),
         rdma=rdma_ports(),
+        binaries=[b for b in ENGINE_BINARIES if shutil.which(b)],
     )

@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["ENGINE_PREFIXES", "parse_samples"]
 
-ENGINE_PREFIXES = ("vllm:", "sglang:", "lmcache:", "trtllm_", "kvbench_sim")
+ENGINE_PREFIXES = ("vllm:", "sglang:", "lmcache:", "lmcache_mp", "trtllm_", "kvbench_sim", "agent_", "master_")
 
 
 def parse_samples(text: str, prefixes: tuple[str, ...] = ENGINE_PREFIXES) -> dict[str, float]:

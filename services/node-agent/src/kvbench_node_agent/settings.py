@@ -19,3 +19,4 @@ class NodeAgentSettings(ServiceSettings):
     state_dir: str = Field(".kvbench/node-agent", description="Engine logs and runtime files")
     engine_health_timeout_s: float = Field(120.0, gt=0, description="How long an engine may take to answer /health")
     scrape_interval_s: float = Field(2.0, gt=0, description="Engine /metrics scrape period during a deployment")
+    address: str | None = Field(None, description="Address other machines reach this one at (default: hostname)")

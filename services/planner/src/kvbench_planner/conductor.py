@@ -235,7 +235,8 @@ class Conductor:
             ]
             await self._finish(state, "failed" if failed else "succeeded", reasons)
         except RunFailedError as exc:
-            log.error("run failed", extra={**ids, **exc.reason})
+            # not **exc.reason: "message" is a reserved LogRecord attribute and logging would raise
+            log.error("run failed", extra={**ids, "code": exc.reason["code"], "reason": exc.reason["message"]})
             await self._finish(state, "failed", [exc.reason])
         except asyncio.CancelledError:
             # a user's cancel ends the run; a planner shutdown leaves it to be resumed
@@ -281,6 +282,16 @@ class Conductor:
     ) -> tuple[list[str], list[EngineEndpoint]]:
         deployments: dict[str, str] = {}
         waits: dict[str, asyncio.Future[Envelope]] = {}
+        # every agent renders the whole pool's recipe, then starts its own machine's part
+        pool = [
+            {
+                "name": str(n["node_id"]),
+                "host": str(n.get("address") or n.get("hostname") or "127.0.0.1"),
+                "gpus": int(workload.sizing.gpus_per_machine or n.get("gpus") or 0),
+                "vendor": str(n.get("vendor") or "nvidia"),
+            }
+            for n in nodes
+        ]
         for node in nodes:
             node_id = str(node["node_id"])
             dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
@@ -293,11 +304,16 @@ class Conductor:
                     deployment_id=dep,
                     workload=workload.name,
                     stack=workload.stack,
-                    launcher="sim" if workload.cluster.sim else "process",
+                    launcher="sim" if workload.cluster.sim else self.settings.launcher,
                     model=workload.model,
                     engine=workload.engine.model_dump(mode="json"),
                     sizing=workload.sizing.model_dump(mode="json"),
                     sim=workload.cluster.sim.model_dump(mode="json") if workload.cluster.sim else None,
+                    kv_tier=workload.kv_tier,
+                    network=workload.network.model_dump(mode="json"),
+                    routing=workload.measurement.routing,
+                    pool=pool,
+                    hf_token_secret=workload.hf_token_secret,
                 )
             )
         endpoints: list[EngineEndpoint] = []
@@ -321,15 +337,21 @@ class Conductor:
             )
         return list(deployments.values()), endpoints
 
-    async def _stop_stacks(self, state: RunState, deployments: dict[str, str] | list[tuple[str, str]]) -> None:
+    async def _stop_stacks(
+        self, state: RunState, deployments: dict[str, str] | list[tuple[str, str]], wait: bool = True
+    ) -> None:
+        """Ask every agent to tear down; wait (at most 30 s in all) only for agents that are still alive."""
         pairs = list(deployments.items()) if isinstance(deployments, dict) else deployments
-        waits = []
+        live = self.registry.live_nodes()
+        waits: list[tuple[str, asyncio.Future[Envelope]]] = []
         for node_id, dep in pairs:
-            waits.append((dep, self._expect(f"stopped:{dep}")))
+            if wait and node_id in live:
+                waits.append((dep, self._expect(f"stopped:{dep}")))
             await self.bus.publish(StopStack(node_id=node_id, run_id=state.run_id, deployment_id=dep))
-        for dep, future in waits:
-            with contextlib.suppress(TimeoutError):
-                await self._await(f"stopped:{dep}", future, 30)
+        if waits:
+            await asyncio.wait([future for _, future in waits], timeout=30)
+        for dep, _ in waits:
+            self._waiters.pop(f"stopped:{dep}", None)
 
     async def _watch_nodes(self, node_ids: list[str]) -> None:
         kv = await self.bus.kv("kvbench_nodes")
@@ -370,11 +392,16 @@ class Conductor:
                     pairs = list(zip(node_ids, deps, strict=True))
                 first = False
                 await self._run_job(state, workload, job, endpoints, watcher)
+        except BaseException:
+            # failing or cancelled: tell the agents to tear down, and do not wait on ones that may be gone
+            await asyncio.shield(self._stop_stacks(state, pairs, wait=False))
+            raise
+        else:
+            await self._stop_stacks(state, pairs)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, RunFailedError):
                 await watcher
-            await asyncio.shield(self._stop_stacks(state, pairs))
 
     async def _run_job(
         self,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -17,6 +19,7 @@ class PlannerSettings(ServiceSettings):
     stack_ready_timeout_s: float = Field(300.0, gt=0, description="How long a stack may take to become healthy")
     job_grace_s: float = Field(240.0, gt=0, description="Slack after a job's load end before it is failed")
     node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")
+    launcher: Literal["process", "docker"] = Field("process", description="How agents start real stacks")
 
     @field_validator("api_token")
     @classmethod

@@ -75,4 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)
+    # stop within a second on SIGTERM even with streams open: an engine must not outlive its agent for long
+    web.run_app(
+        app, host=args.host, port=args.port, print=None, access_log=None, handle_signals=True, shutdown_timeout=1.0
+    )

@@ -28,8 +28,11 @@ class ManagedProcess:
     name: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    container: str | None = None  # docker launcher: the container to stop; proc follows its logs
 
     def stop(self) -> None:
+        if self.container:
+            subprocess.run(["docker", "stop", "-t", "20", self.container], capture_output=True, timeout=60, check=False)
         if self.proc.poll() is None:
             stop_pid(self.proc.pid, timeout_s=10, group=True)
 

@@ -1,0 +1,149 @@
+"""The `process` launcher (bare metal) and the `docker` launcher: rendered recipes as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from kvbench_contracts.events import EngineEndpoint
+from kvbench_core.procs import spawn
+from kvbench_node_agent.launchers.base import Deployment, LaunchError, ManagedProcess, read_block_size, wait_healthy
+from kvbench_node_agent.recipes.model import ProcessSpec
+
+__all__ = ["ProcessLauncher", "docker_argv", "materialize"]
+
+
+def materialize(spec: ProcessSpec, run_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """Write the spec's config files and resolve {run_dir} in its argv and env."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name, content in spec.files.items():
+        (run_dir / name).write_text(content)
+    argv = [a.replace("{run_dir}", str(run_dir)) for a in spec.argv]
+    env = {k: v.replace("{run_dir}", str(run_dir)) for k, v in spec.env.items()}
+    return argv, env
+
+
+def docker_argv(
+    spec: ProcessSpec,
+    deployment_id: str,
+    run_dir: Path,
+    vendor: str = "nvidia",
+    rdma: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> list[str]:
+    argv, env = materialize(spec, run_dir)
+    out = [
+        "docker",
+        "run",
+        "-d",
+        "--rm",
+        "--name",
+        f"kvbench-{deployment_id}-{spec.name}",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        "-v",
+        f"{run_dir}:{run_dir}",
+        "-v",
+        f"{Path.home() / '.cache' / 'huggingface'}:/root/.cache/huggingface",
+    ]
+    if spec.gpus:
+        if vendor == "amd":
+            out += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+        else:
+            out += ["--gpus", f'"device={",".join(str(g) for g in spec.gpus)}"']
+    if rdma:
+        out += ["--device", "/dev/infiniband", "--ulimit", "memlock=-1", "--cap-add", "IPC_LOCK"]
+    for key, value in sorted({**env, **(extra_env or {})}.items()):
+        out += ["-e", f"{key}={value}"]
+    return [*out, spec.image or "MISSING-IMAGE", *argv]
+
+
+class ProcessLauncher:
+    """Starts each process in order, waits for its health check, and stops them in reverse order."""
+
+    def __init__(self, name: str, node_id: str, host: str, state_dir: Path, health_timeout_s: float) -> None:
+        self.name = name  # "process" or "docker"
+        self._node_id = node_id
+        self._host = host
+        self._state_dir = state_dir
+        self._health_timeout_s = health_timeout_s
+
+    async def start_specs(
+        self,
+        deployment_id: str,
+        run_id: str,
+        stack: str,
+        specs: list[ProcessSpec],
+        secrets_env: dict[str, str] | None = None,
+        vendor: str = "nvidia",
+    ) -> Deployment:
+        run_dir = self._state_dir / "runs" / deployment_id
+        deployment = Deployment(deployment_id=deployment_id, run_id=run_id, stack=stack, endpoints=[])
+        try:
+            for spec in specs:
+                log_path = run_dir / f"{spec.name}.log"
+                if self.name == "docker":
+                    argv = docker_argv(spec, deployment_id, run_dir, vendor, extra_env=secrets_env)
+                    container = argv[argv.index("--name") + 1]
+                    await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, timeout=600)
+                    logs = ["docker", "logs", "-f", container]
+                    proc = spawn(logs, log_path, tie_to_parent=True)
+                    process = ManagedProcess(spec.name, proc, log_path, container=container)
+                else:
+                    argv, env = materialize(spec, run_dir)
+                    proc = spawn(argv, log_path, {**os.environ, **env, **(secrets_env or {})})
+                    process = ManagedProcess(spec.name, proc, log_path)
+                deployment.processes.append(process)
+                kind, port, path = spec.health
+                if kind == "http":
+                    await wait_healthy(f"http://127.0.0.1:{port}{path}", process, self._health_timeout_s)
+                else:
+                    await wait_tcp(port, process, self._health_timeout_s)
+                if spec.role in ("engine", "prefill", "decode"):
+                    block = read_block_size(log_path)
+                    if block:
+                        deployment.facts[f"{spec.name}.attention_block_size"] = block
+                if spec.serves_requests or spec.role in ("engine", "prefill", "decode"):
+                    metrics = spec.metrics or (port, "/metrics")
+                    deployment.endpoints.append(
+                        EngineEndpoint(
+                            node_id=self._node_id,
+                            engine_id=f"{self._node_id}-{spec.name}",
+                            role="router"
+                            if spec.role == "router"
+                            else spec.role
+                            if spec.role in ("prefill", "decode")
+                            else "both",
+                            base_url=f"http://{self._host}:{spec.ports.get('http', port)}",
+                            metrics_url=f"http://{self._host}:{metrics[0]}{metrics[1]}",
+                        )
+                    )
+        except (LaunchError, subprocess.SubprocessError, OSError) as exc:
+            deployment.stop()
+            raise LaunchError(f"{self._node_id}: {exc}") from exc
+        return deployment
+
+    async def stop(self, deployment: Deployment) -> None:
+        await asyncio.to_thread(deployment.stop)
+
+
+async def wait_tcp(port: int, process: ManagedProcess, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.proc.poll() is not None and process.container is None:
+            raise LaunchError(
+                f"{process.name} exited with code {process.proc.returncode} before it listened on "
+                f"{port}; see {process.log_path}"
+            )
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
+            writer.close()
+            return
+        await asyncio.sleep(0.1)
+    raise LaunchError(f"{process.name} did not listen on port {port} within {timeout_s:.0f} s")

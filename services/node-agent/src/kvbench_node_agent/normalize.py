@@ -1,0 +1,211 @@
+"""Engine metrics mapped to one schema (reference/stacks.md: names per engine).
+
+Counters (cumulative, differenced by the reporter over measured windows):
+  prompt_tokens, prompt_tokens_gpu, prompt_tokens_host, prompt_tokens_disk, prompt_tokens_remote,
+  prompt_tokens_transferred, prompt_tokens_recomputed, kv_bytes_loaded_host, kv_bytes_stored_host,
+  kv_bytes_loaded_disk, kv_bytes_stored_disk, kv_bytes_loaded_remote, kv_bytes_stored_remote,
+  kv_bytes_transferred, kv_transfers, preemptions
+Gauges: kv_usage (0..1)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+__all__ = ["COUNTERS", "GAUGES", "engine_kind", "normalize"]
+
+COUNTERS = (
+    "prompt_tokens",
+    "prompt_tokens_gpu",
+    "prompt_tokens_host",
+    "prompt_tokens_disk",
+    "prompt_tokens_remote",
+    "prompt_tokens_transferred",
+    "prompt_tokens_recomputed",
+    "kv_bytes_loaded_host",
+    "kv_bytes_stored_host",
+    "kv_bytes_loaded_disk",
+    "kv_bytes_stored_disk",
+    "kv_bytes_loaded_remote",
+    "kv_bytes_stored_remote",
+    "kv_bytes_transferred",
+    "kv_transfers",
+    "preemptions",
+)
+GAUGES = ("kv_usage",)
+
+_LABELS = re.compile(r'(\w+)="([^"]*)"')
+
+Samples = dict[str, float]
+
+
+def _sum(samples: Samples, name: str, **labels: str) -> float | None:
+    """Sum a series over every label set that matches ``labels``; None when the series is absent."""
+    total: float | None = None
+    for key, value in samples.items():
+        base, _, rest = key.partition("{")
+        if base != name:
+            continue
+        found = dict(_LABELS.findall(rest))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total = (total or 0.0) + value
+    return total
+
+
+def _first(samples: Samples, *candidates: tuple[str, dict[str, str]]) -> float | None:
+    for name, labels in candidates:
+        value = _sum(samples, name, **labels)
+        if value is not None:
+            return value
+    return None
+
+
+def _vllm(s: Samples) -> Samples:
+    out: Samples = {}
+    prompt = _sum(s, "vllm:prompt_tokens_total")
+    by_source = {
+        src: _sum(s, "vllm:prompt_tokens_cached_by_source_total", source=src)
+        for src in ("device", "host", "disk", "p2p", "external_unspecified")
+    }
+    if any(v is not None for v in by_source.values()):
+        out["prompt_tokens_gpu"] = by_source["device"] or 0.0
+        out["prompt_tokens_host"] = by_source["host"] or 0.0
+        out["prompt_tokens_disk"] = by_source["disk"] or 0.0
+        out["prompt_tokens_transferred"] = by_source["p2p"] or 0.0
+        out["prompt_tokens_remote"] = by_source["external_unspecified"] or 0.0
+    else:
+        out["prompt_tokens_gpu"] = _sum(s, "vllm:prefix_cache_hits_total") or 0.0
+        out["prompt_tokens_remote"] = _sum(s, "vllm:external_prefix_cache_hits_total") or 0.0
+    transferred = _sum(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+    if transferred is not None and not out.get("prompt_tokens_transferred"):
+        # a P/D decode engine: transferred tokens count as external hits too; move them, never count twice
+        out["prompt_tokens_transferred"] = transferred
+        out["prompt_tokens_remote"] = max(0.0, out.get("prompt_tokens_remote", 0.0) - transferred)
+    if prompt is not None:
+        out["prompt_tokens"] = prompt
+        cached = sum(
+            out.get(k, 0.0)
+            for k in (
+                "prompt_tokens_gpu",
+                "prompt_tokens_host",
+                "prompt_tokens_disk",
+                "prompt_tokens_remote",
+                "prompt_tokens_transferred",
+            )
+        )
+        local = _sum(s, "vllm:prompt_tokens_by_source_total", source="local_compute")
+        out["prompt_tokens_recomputed"] = local if local is not None else max(0.0, prompt - cached)
+    _put(out, "kv_bytes_loaded_host", _sum(s, "vllm:kv_offload_load_bytes_total"))
+    _put(out, "kv_bytes_stored_host", _sum(s, "vllm:kv_offload_store_bytes_total"))
+    _put(out, "kv_bytes_loaded_disk", _sum(s, "vllm:kv_offload_tiering_read_bytes_total"))
+    _put(out, "kv_bytes_stored_disk", _sum(s, "vllm:kv_offload_tiering_write_bytes_total"))
+    _put(
+        out,
+        "kv_bytes_transferred",
+        _first(s, ("vllm:nixl_bytes_transferred_sum", {}), ("vllm:mooncake_bytes_transferred_sum", {})),
+    )
+    _put(
+        out,
+        "kv_transfers",
+        _first(s, ("vllm:nixl_bytes_transferred_count", {}), ("vllm:mooncake_bytes_transferred_count", {})),
+    )
+    _put(out, "kv_bytes_loaded_remote", _sum(s, "vllm:mooncake_store_operation_bytes_total", operation="get"))
+    _put(out, "kv_bytes_stored_remote", _sum(s, "vllm:mooncake_store_operation_bytes_total", operation="put"))
+    _put(out, "preemptions", _sum(s, "vllm:num_preemptions_total"))
+    _put(out, "kv_usage", _sum(s, "vllm:kv_cache_usage_perc"))
+    return out
+
+
+def _sglang(s: Samples) -> Samples:
+    out: Samples = {}
+    for src, key in (
+        ("device", "prompt_tokens_gpu"),
+        ("host", "prompt_tokens_host"),
+        ("storage", "prompt_tokens_remote"),
+    ):
+        _put(out, key, _sum(s, "sglang:cached_tokens_total", cache_source=src))
+    prompt = _sum(s, "sglang:prompt_tokens_total")
+    if prompt is not None:
+        out["prompt_tokens"] = prompt
+        total = _sum(s, "sglang:cached_tokens_total", cache_source="total")
+        cached = (
+            total
+            if total is not None
+            else sum(out.get(k, 0.0) for k in ("prompt_tokens_gpu", "prompt_tokens_host", "prompt_tokens_remote"))
+        )
+        out["prompt_tokens_recomputed"] = max(0.0, prompt - cached)
+    _put(out, "kv_bytes_loaded_host", _sum(s, "sglang:load_back_bytes_total"))
+    _put(out, "kv_bytes_stored_host", _sum(s, "sglang:hicache_backup_bytes_total"))
+    mb = _sum(s, "sglang:kv_transfer_total_mb_sum")
+    _put(out, "kv_bytes_transferred", mb * 1e6 if mb is not None else None)
+    _put(out, "kv_transfers", _sum(s, "sglang:kv_transfer_total_mb_count"))
+    _put(out, "preemptions", _sum(s, "sglang:num_retracted_reqs"))
+    _put(out, "kv_usage", _sum(s, "sglang:token_usage"))
+    return out
+
+
+def _trtllm(s: Samples) -> Samples:
+    out: Samples = {}
+    _put(
+        out,
+        "prompt_tokens_gpu",
+        _first(s, ("trtllm_prompt_cache_hit_tokens_total", {}), ("trtllm_prompt_cached_tokens_total", {})),
+    )
+    _put(out, "kv_bytes_loaded_host", _sum(s, "trtllm_kv_cache_onboard_bytes_total"))
+    _put(out, "kv_bytes_stored_host", _sum(s, "trtllm_kv_cache_offload_bytes_total"))
+    _put(out, "kv_usage", _sum(s, "trtllm_kv_cache_utilization"))
+    return out
+
+
+def _lmcache(s: Samples) -> Samples:
+    out: Samples = {}
+    l1 = _first(s, ("lmcache_mp_lookup_hit_l1_tokens_total", {}), ("lmcache_mp_lookup_hit_l1_total", {}))
+    l2 = _first(s, ("lmcache_mp_lookup_hit_l2_tokens_total", {}), ("lmcache_mp_lookup_hit_l2_total", {}))
+    _put(out, "prompt_tokens_host", l1)
+    _put(out, "prompt_tokens_disk", l2)
+    if l1 is None and l2 is None:  # the in-process connector's counters: hits, tier unknown
+        _put(out, "prompt_tokens_remote", _sum(s, "lmcache:num_hit_tokens_total"))
+    _put(out, "kv_bytes_loaded_remote", _sum(s, "lmcache:num_remote_read_bytes_total"))
+    _put(out, "kv_bytes_stored_remote", _sum(s, "lmcache:num_remote_write_bytes_total"))
+    return out
+
+
+def _nixl(s: Samples) -> Samples:
+    out: Samples = {}
+    _put(out, "kv_bytes_transferred", _sum(s, "agent_tx_bytes_total"))
+    return out
+
+
+def _put(out: Samples, key: str, value: float | None) -> None:
+    if value is not None:
+        out[key] = value
+
+
+_KINDS: dict[str, Callable[[Samples], Samples]] = {
+    "vllm": _vllm,
+    "sglang": _sglang,
+    "trtllm": _trtllm,
+    "lmcache": _lmcache,
+    "nixl": _nixl,
+}
+
+
+def engine_kind(samples: Samples) -> str | None:
+    names = {k.partition("{")[0] for k in samples}
+    if any(n.startswith("vllm:") for n in names):
+        return "vllm"
+    if any(n.startswith("sglang:") for n in names):
+        return "sglang"
+    if any(n.startswith("trtllm_") for n in names):
+        return "trtllm"
+    if any(n.startswith(("lmcache_mp", "lmcache:")) for n in names):
+        return "lmcache"
+    if any(n.startswith("agent_tx_bytes") for n in names):
+        return "nixl"
+    return None
+
+
+def normalize(samples: Samples, kind: str | None = None) -> Samples:
+    kind = kind or engine_kind(samples)
+    return _KINDS[kind](samples) if kind in _KINDS else {}

@@ -1,0 +1,59 @@
+"""What a recipe renders: the processes of a stack, per machine, in start order."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["EngineSettings", "PoolMachine", "ProcessSpec", "RenderContext"]
+
+Role = Literal["engine", "prefill", "decode", "router", "store", "master", "lmcache"]
+
+
+class ProcessSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Unique on its machine: engine-0, router, lmcache, valkey, ...")
+    role: Role
+    argv: list[str] = Field(description="Command line; {run_dir} is replaced by the deployment's directory")
+    env: dict[str, str] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict, description="Config files written to {run_dir} first")
+    ports: dict[str, int] = Field(default_factory=dict, description="Every port the process listens on")
+    health: tuple[Literal["http", "tcp"], int, str] = Field(description="(kind, port, path)")
+    metrics: tuple[int, str] | None = Field(None, description="(port, path) of its Prometheus metrics")
+    gpus: list[int] = Field(default_factory=list)
+    binary: str = Field(description="Executable that must exist for the process launcher")
+    image: str | None = Field(None, description="Container image for the docker launcher")
+    serves_requests: bool = Field(False, description="Load generators send requests here")
+
+
+class PoolMachine(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    host: str = Field(description="Address the other machines reach it at")
+    gpus: int = Field(ge=0)
+    vendor: str = "nvidia"
+
+
+class EngineSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str = "vllm"
+    version: str | None = None
+    tensor_parallel_size: int = 1
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class RenderContext(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stack: str
+    model: str
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    kv_tier: str = "gpu"
+    sizing: dict[str, Any] = Field(default_factory=dict)
+    network: dict[str, Any] = Field(default_factory=dict)
+    machines: list[PoolMachine] = Field(min_length=1)
+    routing: str = "round_robin"

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvbench_core.embedded import free_port, pid_alive
+from kvbench_node_agent.launchers.process import ProcessLauncher, docker_argv
+from kvbench_node_agent.normalize import engine_kind, normalize
+from kvbench_node_agent.preflight import check_binaries, check_model, check_ports, check_sizing
+from kvbench_node_agent.recipes import EngineSettings, PoolMachine, ProcessSpec, RenderContext, render
+from kvbench_node_agent.scrape import parse_samples
+
+METRICS = Path(__file__).parent / "metrics"
+
+
+def sample(name: str) -> dict[str, float]:
+    return parse_samples((METRICS / name).read_text())
+
+
+def test_vllm_offload_counters_by_tier() -> None:
+    n = normalize(sample("vllm_offload.txt"))
+    assert n["prompt_tokens"] == 100_000
+    assert n["prompt_tokens_gpu"] == 40_000
+    assert n["prompt_tokens_host"] == 30_000
+    assert n["prompt_tokens_recomputed"] == 30_000
+    assert n["kv_bytes_loaded_host"] == 4_423_680_000
+    assert n["preemptions"] == 3
+    assert n["kv_usage"] == pytest.approx(0.42)
+
+
+def test_vllm_pd_decode_counts_transferred_tokens_once() -> None:
+    n = normalize(sample("vllm_pd_decode.txt"))
+    assert n["prompt_tokens_transferred"] == 44_000
+    assert n["prompt_tokens_remote"] == 0
+    assert n["prompt_tokens_gpu"] == 5_000
+    assert n["prompt_tokens_recomputed"] == 1_000
+    assert n["kv_bytes_transferred"] == 6_488_064_000
+    assert n["kv_transfers"] == 120
+
+
+def test_sglang_trtllm_and_lmcache() -> None:
+    s = normalize(sample("sglang_hicache.txt"))
+    assert (s["prompt_tokens_gpu"], s["prompt_tokens_host"], s["prompt_tokens_recomputed"]) == (30_000, 20_000, 30_000)
+    assert s["kv_bytes_loaded_host"] == 2_949_120_000
+    assert engine_kind(sample("trtllm.txt")) == "trtllm"
+    assert normalize(sample("trtllm.txt"))["kv_bytes_stored_host"] == 2_000_000
+    lm = normalize(sample("lmcache_mp.txt"))
+    assert (lm["prompt_tokens_host"], lm["prompt_tokens_disk"]) == (1000, 52_000)
+
+
+def test_preflight_names_the_machine_and_the_fix(tmp_path: Path) -> None:
+    spec = ProcessSpec(
+        name="engine-0",
+        role="engine",
+        argv=["vllm"],
+        health=("http", 1, "/"),
+        binary="definitely-not-installed-xyz",
+        ports={"http": free_port()},
+    )
+    missing = check_binaries("gpu-a", [spec], "process")
+    assert missing[0].machine == "gpu-a"
+    assert "definitely-not-installed-xyz is not installed" in str(missing[0])
+    assert "Fix: Install" in str(missing[0])
+    issues = check_sizing(
+        "gpu-b", {"disk_tier_path": str(tmp_path / "absent"), "disk_tier_gb": 1, "host_memory_gb": 900}, ram_gb=1000
+    )
+    assert {i.check for i in issues} == {"disk_tier_path", "host_memory_gb"}
+    assert all(i.machine == "gpu-b" for i in issues)
+    assert "does not exist" in str(issues[0])
+    assert check_model("gpu-a", "meta-llama/Llama-3.1-8B", has_token=False)[0].check == "model"
+    assert check_model("gpu-a", "Qwen/Qwen3-8B", has_token=False) == []
+
+
+def test_preflight_port_in_use() -> None:
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        spec = ProcessSpec(
+            name="engine-0", role="engine", argv=["x"], health=("http", port, "/"), binary="x", ports={"http": port}
+        )
+        issues = check_ports("gpu-a", [spec])
+    assert issues
+    assert f"port {port}" in issues[0].message
+
+
+def test_docker_commands_for_gpus_rdma_and_secrets(tmp_path: Path) -> None:
+    ctx = RenderContext(
+        stack="vllm-pd-nixl",
+        model="Qwen/Qwen3-8B",
+        engine=EngineSettings(version="0.28.0"),
+        sizing={"prefill_machines": 1},
+        network={"rdma_device": "mlx5_0"},
+        machines=[PoolMachine(name="a", host="10.0.0.1", gpus=1), PoolMachine(name="b", host="10.0.0.2", gpus=1)],
+    )
+    spec = render(ctx)["a"][0]
+    argv = docker_argv(spec, "dep1", tmp_path, rdma=True, extra_env={"HF_TOKEN": "hf_x"})
+    text = " ".join(argv)
+    assert text.startswith("docker run -d --rm --name kvbench-dep1-engine-0 --network host --ipc host")
+    assert '--gpus "device=0"' in text
+    assert "--device /dev/infiniband --ulimit memlock=-1" in text
+    assert "vllm/vllm-openai:0.28.0 vllm serve Qwen/Qwen3-8B" in text
+    assert "-e HF_TOKEN=hf_x" in text
+    amd = docker_argv(spec.model_copy(update={"image": "vllm/vllm-openai-rocm:0.28.0"}), "d", tmp_path, vendor="amd")
+    assert "--device /dev/kfd" in " ".join(amd)
+
+
+async def test_process_launcher_starts_health_checks_and_stops_a_bare_engine(tmp_path: Path) -> None:
+    port = free_port()
+    spec = ProcessSpec(
+        name="engine-0",
+        role="engine",
+        health=("http", port, "/health"),
+        metrics=(port, "/metrics"),
+        binary=sys.executable,
+        ports={"http": port},
+        serves_requests=True,
+        argv=[sys.executable, "-m", "kvbench_sim", "serve", "--port", str(port), "--gpu", "H100"],
+        files={"note.txt": "written before start"},
+    )
+    launcher = ProcessLauncher("process", "n0", "127.0.0.1", tmp_path, health_timeout_s=60)
+    deployment = await launcher.start_specs("dep1", "R", "vllm-prefix-gpu", [spec])
+    pid = deployment.processes[0].proc.pid
+    try:
+        assert pid_alive(pid)
+        assert deployment.endpoints[0].base_url == f"http://127.0.0.1:{port}"
+        assert deployment.facts["engine-0.attention_block_size"] == 16
+        assert (tmp_path / "runs" / "dep1" / "note.txt").read_text() == "written before start"
+    finally:
+        await launcher.stop(deployment)
+    assert not pid_alive(pid)
+
+
+async def test_a_process_that_dies_at_start_is_a_clear_failure(tmp_path: Path) -> None:
+    from kvbench_node_agent.launchers.base import LaunchError  # noqa: PLC0415
+
+    port = free_port()
+    spec = ProcessSpec(
+        name="engine-0",
+        role="engine",
+        health=("http", port, "/health"),
+        binary=sys.executable,
+        argv=[sys.executable, "-c", "import sys; print('boom: CUDA out of memory'); sys.exit(3)"],
+    )
+    launcher = ProcessLauncher("process", "gpu-a", "127.0.0.1", tmp_path, health_timeout_s=30)
+    with pytest.raises(LaunchError, match="gpu-a: engine-0 exited with code 3"):
+        await launcher.start_specs("dep2", "R", "s", [spec])

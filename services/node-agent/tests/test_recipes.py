@@ -1,0 +1,125 @@
+"""Golden tests of every stack's rendered recipe on a 2-machine pool, plus what each must contain.
+
+Regenerate the golden files after an intended change with: KVBENCH_UPDATE_GOLDEN=1 make test-unit
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kvbench_node_agent.recipes import RECIPES, EngineSettings, PoolMachine, RenderContext, render
+
+GOLDEN = Path(__file__).parent / "golden"
+
+SIZING = {
+    "host_memory_gb": 64,
+    "shared_store_gb": 100,
+    "shared_mount_path": "/mnt/kv",
+    "disk_tier_gb": 500,
+    "disk_tier_path": "/nvme/kv",
+    "prefill_machines": 1,
+}
+
+
+def context(stack: str, gpus: int = 2, vendor: str = "nvidia") -> RenderContext:
+    engine = "sglang" if stack.startswith("sglang") else "trtllm" if stack.startswith("trtllm") else "vllm"
+    sizing = dict(SIZING)
+    if stack == "vllm-pd-nixl-lmcache":
+        sizing["gpus_per_machine"] = 1
+    tier = "cpu_ram" if "lmcache" in stack else "gpu"
+    return RenderContext(
+        stack=stack,
+        model="Qwen/Qwen3-8B",
+        engine=EngineSettings(name=engine, version="1.0.0"),
+        kv_tier=tier,
+        sizing=sizing,
+        network={"rdma_device": "mlx5_0"},
+        routing="pd_aware",
+        machines=[
+            PoolMachine(name="gpu-a", host="10.0.0.1", gpus=gpus, vendor=vendor),
+            PoolMachine(name="gpu-b", host="10.0.0.2", gpus=gpus, vendor=vendor),
+        ],
+    )
+
+
+def as_text(stack: str) -> str:
+    lines = []
+    for machine, procs in render(context(stack, vendor="amd" if "mori" in stack else "nvidia")).items():
+        for p in procs:
+            lines.append(f"[{machine}] {p.name} ({p.role}) ports={json.dumps(p.ports, sort_keys=True)}")
+            lines.append("  " + " ".join(p.argv))
+            for key, value in sorted(p.env.items()):
+                lines.append(f"  env {key}={value}")
+            for name, content in sorted(p.files.items()):
+                lines.append(f"  file {name}:")
+                lines.extend("    " + line for line in content.strip().splitlines())
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("stack", sorted(RECIPES))
+def test_rendered_recipe_matches_golden(stack: str) -> None:
+    path = GOLDEN / f"{stack}.txt"
+    text = as_text(stack)
+    if os.environ.get("KVBENCH_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"no golden file for {stack}; regenerate with KVBENCH_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("stack", sorted(RECIPES))
+def test_no_port_clash_on_a_machine(stack: str) -> None:
+    for machine, procs in render(context(stack)).items():
+        ports = [port for p in procs for port in p.ports.values()]
+        assert len(ports) == len(set(ports)), (machine, [(p.name, p.ports) for p in procs])
+        assert any(p.serves_requests for machines in render(context(stack)).values() for p in machines)
+
+
+EXPECTED = {
+    "vllm-prefix-off": ["--no-enable-prefix-caching"],
+    "vllm-prefix-gpu": ["--enable-prefix-caching", "--enable-prompt-tokens-details"],
+    "vllm-native-cpu-offload": ["--kv-offloading-size 32", "--kv-offloading-backend native"],
+    "vllm-native-shared-fs": ['"spec_name":"TieringOffloadingSpec"', '"root_dir":"/mnt/kv"'],
+    "vllm-lmcache-valkey": ["valkey-server", "LMCacheMPConnector", '"type":"valkey"', "--http-port 8180"],
+    "vllm-lmcache-mooncake": ["mooncake_master", '"type":"mooncake_store"'],
+    "vllm-mooncake-store": ["MooncakeStoreConnector", "env MOONCAKE_CONFIG_PATH="],
+    "vllm-pd-nixl": ["NixlConnector", "vllm-router", "--vllm-pd-disaggregation", "VLLM_NIXL_SIDE_CHANNEL_PORT"],
+    "vllm-pd-mooncake": ['"kv_role":"kv_producer"', '"kv_role":"kv_consumer"', "VLLM_MOONCAKE_BOOTSTRAP_PORT"],
+    "vllm-pd-nixl-native-offload": ["MultiConnector", "OffloadingConnector", "NixlConnector"],
+    "vllm-pd-nixl-lmcache": ["LMCacheConnectorV1", "pd_role: sender", "pd_role: receiver", "disagg_proxy_server.py"],
+    "vllm-pd-lmcache-store": ["LMCACHE_REQUEST_TELEMETRY_TYPE=fastapi", "disagg_prefill_mp"],
+    "vllm-lmcache-mp": ["lmcache server", "--l1-size-gb 64", "LMCacheMPConnector"],
+    "sglang-radix-off": ["sglang.launch_server", "--disable-radix-cache", "--enable-cache-report"],
+    "sglang-radix": ["sglang.launch_server", "--enable-metrics"],
+    "sglang-hicache-host": ["--enable-hierarchical-cache", "--hicache-size 64"],
+    "sglang-hicache-file": ["--hicache-storage-backend file", "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR=/mnt/kv"],
+    "sglang-hicache-mooncake": ["--hicache-storage-backend mooncake", "mooncake_master"],
+    "sglang-pd-nixl": ["--disaggregation-mode prefill", "--disaggregation-transfer-backend nixl", "sglang_router"],
+    "sglang-pd-mooncake": ["--disaggregation-transfer-backend mooncake", "--pd-disaggregation"],
+    "sglang-pd-decode-offload": ["--disaggregation-decode-enable-offload-kvcache"],
+    "trtllm-reuse-off": ["trtllm-serve", "enable_block_reuse: false"],
+    "trtllm-reuse": ["enable_block_reuse: true", "enable_iter_perf_stats: true"],
+    "trtllm-host-offload": ["host_cache_size: 68719476736"],
+    "trtllm-pd-nixl": ["cache_transceiver_config", "backend: NIXL", "trtllm-serve disaggregated"],
+    "trtllm-lmcache-valkey": ["kv_connector_config", "valkey-server"],
+    "vllm-pd-mori": ["MoRIIOConnector", "--kv-connector moriio", "HIP_VISIBLE_DEVICES", "VLLM_ROCM_USE_AITER=1"],
+    "sglang-hicache-mori": ["--hicache-storage-backend mori"],
+    "sglang-pd-mori": ["--disaggregation-transfer-backend mori"],
+}
+
+
+@pytest.mark.parametrize(("stack", "needles"), sorted(EXPECTED.items()))
+def test_recipe_has_the_engines_own_flags(stack: str, needles: list[str]) -> None:
+    text = as_text(stack)
+    for needle in needles:
+        assert needle in text, (stack, needle)
+
+
+def test_engines_split_gpus_by_tensor_parallel_size() -> None:
+    ctx = context("vllm-prefix-gpu", gpus=8).model_copy(update={"engine": EngineSettings(tensor_parallel_size=4)})
+    procs = render(ctx)["gpu-a"]
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in procs] == ["0,1,2,3", "4,5,6,7"]
+    assert [p.ports["http"] for p in procs] == [8100, 8101]
