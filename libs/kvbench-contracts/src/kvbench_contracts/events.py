@@ -47,6 +47,8 @@ class NodeInventory(BaseModel):
     rdma: list[dict[str, str]] = Field(default_factory=list, description="RDMA ports: {device, state}")
     address: str | None = Field(None, description="Address other machines reach this one at")
     binaries: list[str] = Field(default_factory=list, description="Engine binaries found on PATH")
+    disks: list[dict[str, Any]] = Field(default_factory=list, description="Mounts: {mount, fstype, total_gb, free_gb}")
+    nics: list[dict[str, Any]] = Field(default_factory=list, description="NICs: {name, mac, mtu, speed_mbps, state}")
 
 
 class NodeRegistered(Envelope):
@@ -186,3 +188,4 @@ class EngineSampled(Envelope):
     job_id: str | None = None
     values: dict[str, float] = Field(description="Series name (with labels) -> value")
     normalized: dict[str, float] = Field(default_factory=dict, description="kvbench's engine-neutral counters")
+    gpus: list[dict[str, float]] = Field(default_factory=list, description="GPU power and utilization, when sampled")

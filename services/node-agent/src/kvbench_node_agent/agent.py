@@ -21,7 +21,7 @@ from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.settings import load_settings
-from kvbench_node_agent.inventory import collect_inventory
+from kvbench_node_agent.inventory import collect_inventory, gpu_samples
 from kvbench_node_agent.launchers import Deployment, LaunchError, SimLauncher
 from kvbench_node_agent.launchers.process import ProcessLauncher
 from kvbench_node_agent.normalize import normalize
@@ -214,6 +214,7 @@ class NodeAgent:
                                 engine_id=endpoint.engine_id,
                                 values=(values := parse_samples(text)),
                                 normalized=normalize(values),
+                                gpus=await asyncio.to_thread(gpu_samples) if self.inventory.gpus else [],
                             )
                         )
                     except (aiohttp.ClientError, TimeoutError) as exc:

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+from typing import Any
 
 from kvbench_contracts.events import NodeInventory
 
@@ -74,6 +75,110 @@ ENGINE_BINARIES = (
 )
 
 
+_REAL_FS = (
+    "ext4",
+    "xfs",
+    "btrfs",
+    "zfs",
+    "nfs",
+    "nfs4",
+    "lustre",
+    "wekafs",
+    "cephfs",
+    "beegfs",
+    "gpfs",
+    "fuse.juicefs",
+)
+
+
+def disks() -> list[dict[str, Any]]:
+    """Mounted filesystems that can hold a disk tier or a shared file tier, with their size and free space."""
+    out: list[dict[str, Any]] = []
+    try:
+        with open("/proc/mounts") as fh:
+            mounts = [line.split()[:3] for line in fh]
+    except OSError:
+        return out
+    for _device, mount, fstype in mounts:
+        if fstype not in _REAL_FS:
+            continue
+        try:
+            usage = shutil.disk_usage(mount)
+        except OSError:
+            continue
+        out.append(
+            {
+                "mount": mount,
+                "fstype": fstype,
+                "total_gb": round(usage.total / 1e9, 1),
+                "free_gb": round(usage.free / 1e9, 1),
+                "writable": os.access(mount, os.W_OK),
+                "shared": fstype.startswith(("nfs", "lustre", "weka", "ceph", "beegfs", "gpfs", "fuse")),
+            }
+        )
+    return out
+
+
+def nics(root: str = "/sys/class/net") -> list[dict[str, Any]]:
+    """Network cards: name, MAC, speed (Mb/s), MTU and state (the fabric work adds LLDP and counters)."""
+    out: list[dict[str, Any]] = []
+    if not os.path.isdir(root):
+        return out
+    for name in sorted(os.listdir(root)):
+        if name == "lo":
+            continue
+
+        def read(attr: str, nic: str = name) -> str:
+            try:
+                with open(os.path.join(root, nic, attr)) as fh:
+                    return fh.read().strip()
+            except OSError:
+                return ""
+
+        speed = read("speed")
+        out.append(
+            {
+                "name": name,
+                "mac": read("address"),
+                "mtu": int(read("mtu") or 0),
+                "speed_mbps": int(speed) if speed.lstrip("-").isdigit() and int(speed) > 0 else None,
+                "state": read("operstate"),
+            }
+        )
+    return out
+
+
+def gpu_samples() -> list[dict[str, float]]:
+    """Power (W) and utilization (%) per GPU from nvidia-smi, when it is present."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,power.draw,utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    samples = []
+    for row in out.strip().splitlines():
+        parts = [p.strip() for p in row.split(",")]
+        try:
+            samples.append(
+                {
+                    "gpu": float(parts[0]),
+                    "power_w": float(parts[1]),
+                    "utilization_pct": float(parts[2]),
+                    "memory_used_mib": float(parts[3]),
+                }
+            )
+        except (ValueError, IndexError):
+            continue
+    return samples
+
+
 def collect_inventory(node_id: str, simulated: bool, group: str | None, address: str | None = None) -> NodeInventory:
     if simulated:
         return NodeInventory(
@@ -104,4 +209,6 @@ def collect_inventory(node_id: str, simulated: bool, group: str | None, address:
         address=address or socket.gethostname(),
         rdma=rdma_ports(),
         binaries=[b for b in ENGINE_BINARIES if shutil.which(b)],
+        disks=disks(),
+        nics=nics(),
     )
