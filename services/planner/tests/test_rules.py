@@ -221,3 +221,57 @@ def test_expanded_plan_lists_machines_processes_tiers_and_path() -> None:
     assert {t["tier"] for t in w["tiers"]} >= {"gpu", "cpu_ram"}
     assert "RDMA (mlx5_0)" in w["network_path"]
     assert len(w["jobs"]) == 2
+
+
+def test_non_agentic_shapes_are_measured_over_the_whole_run_unless_a_warmup_is_set() -> None:
+    base = {
+        "version": 1,
+        "name": "t",
+        "workloads": [
+            {
+                "name": "a",
+                "strategy": "own_cache",
+                "stack": "vllm-prefix-gpu",
+                "cluster": {"sim": {}},
+                "traffic": {"shape": "synthetic_sessions", "duration_s": 600},
+            }
+        ],
+    }
+    review = review_plan(base)
+    assert review.valid  # the default 300 s warm-up is agentic replay's; it does not apply here
+    assert review.plan is not None
+    assert review.plan.workloads[0].effective_warmup_s() == 0
+    explicit = {**base, "defaults": {"measurement": {"warmup_s": 300}}}
+    assert "warmup_too_long" in by_code(review_plan(explicit))
+
+
+def test_no_duration_means_one_session_per_user() -> None:
+    review = review_plan(
+        {
+            "version": 1,
+            "name": "t",
+            "workloads": [
+                {
+                    "name": "a",
+                    "strategy": "own_cache",
+                    "stack": "vllm-prefix-gpu",
+                    "cluster": {"sim": {}},
+                    "traffic": {"shape": "synthetic_sessions"},
+                }
+            ],
+        }
+    )
+    assert review.valid
+    assert any("one session" in n for n in review.notes)
+
+
+def test_every_plan_field_is_described() -> None:
+    from kvbench_contracts.plan import Plan  # noqa: PLC0415
+
+    schema = Plan.model_json_schema()
+    missing = []
+    for name, definition in [("Plan", schema), *schema.get("$defs", {}).items()]:
+        for field, spec in definition.get("properties", {}).items():
+            if not spec.get("description"):
+                missing.append(f"{name}.{field}")
+    assert missing == []

@@ -92,6 +92,8 @@ def print_refusal(body: dict[str, Any]) -> None:
         err_console.print("[red]refused[/red] " + escape(text))
         if entry.get("fix"):
             err_console.print(f"         fix: {escape(entry['fix'])}")
+    for note in body.get("notes", []):
+        err_console.print("[cyan]note[/cyan] " + escape(str(note)))
     for entry in body.get("warnings", []):
         where = ".".join(p for p in (entry.get("workload"), entry.get("field")) if p)
         text = "[{}] {}: {}".format(entry["code"], where, entry["message"])

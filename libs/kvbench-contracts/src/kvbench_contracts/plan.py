@@ -194,9 +194,17 @@ class Workload(StrictModel):
     measurement: Measurement = Field(default_factory=Measurement, description="Step 6: how to measure")
 
     def effective_load_duration_s(self) -> float:
+        """Seconds of load per job; 0 means one session per user (the job ends when they are done)."""
         if self.traffic.shape == "agentic_replay":
             return self.measurement.load_duration_s or AGENTIC_DEFAULT_LOAD_DURATION_S
         return self.traffic.duration_s or 0.0
+
+    def effective_warmup_s(self) -> float:
+        """The warm-up applies to agentic replay; other shapes are measured over the whole run unless the plan
+        sets a warm-up for them explicitly (the guide's "Warm-up" and "Load duration")."""
+        if self.traffic.shape == "agentic_replay" or "warmup_s" in self.measurement.model_fields_set:
+            return self.measurement.warmup_s
+        return 0.0
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -115,11 +115,13 @@ class JobRunner:
             self._settings.batch_max_records,
         )
         done = {"requests": 0, "errors": 0}
+        last_end = [0.0]  # when the last request ended: the load end of a job with no set length
         await self._bus.publish(JobStarted(job_id=cmd.job_id, run_id=cmd.run_id, workload=cmd.workload, shard=shard))
         log.info("job started", extra={"run_id": cmd.run_id, "job_id": cmd.job_id, "load_level": cmd.load_level})
         sink.start()
         load_t0 = time.monotonic()
-        deadline = load_t0 + cmd.duration_s
+        bounded = cmd.duration_s > 0  # 0: each user runs one session and the job ends when all are done
+        deadline = load_t0 + cmd.duration_s if bounded else float("inf")
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
 
@@ -154,14 +156,17 @@ class JobRunner:
                     )
                 )
                 done["requests"] += 1
+                last_end[0] = max(last_end[0], time.monotonic() - load_t0)
                 if result.ok:
                     user.record_turn(prompt, "".join(result.text))
                 else:
                     done["errors"] += 1
 
             async def closed_loop_user(user: SessionUser) -> None:
-                while time.monotonic() < deadline:
+                sent = 0
+                while time.monotonic() < deadline and (bounded or sent < user.turns):
                     await one_turn(user)
+                    sent += 1
                     if user.think_time_s > 0:
                         await asyncio.sleep(min(user.think_time_s, max(0.0, deadline - time.monotonic())))
 
@@ -181,7 +186,7 @@ class JobRunner:
                         else rng.expovariate(rate)
                     )
                     next_t += gap
-                    if next_t >= deadline:
+                    if next_t >= deadline or (not bounded and i >= len(users)):
                         break
                     await asyncio.sleep(max(0.0, next_t - time.monotonic()))
                     user = users[i % len(users)]
@@ -218,7 +223,9 @@ class JobRunner:
             try:
                 drivers = [open_loop()] if rate_mode else [closed_loop_user(u) for u in users]
                 tasks = [asyncio.ensure_future(d) for d in drivers]
-                _, pending = await asyncio.wait(tasks, timeout=cmd.duration_s + self._settings.drain_timeout_s)
+                _, pending = await asyncio.wait(
+                    tasks, timeout=cmd.duration_s + self._settings.drain_timeout_s if bounded else None
+                )
                 for task in pending:  # requests still running past the drain time count as timeouts
                     task.cancel()
                 for task in tasks:
@@ -236,7 +243,7 @@ class JobRunner:
                 workload=cmd.workload,
                 shard=shard,
                 records=sink.published,
-                load_duration_s=cmd.duration_s,
+                load_duration_s=cmd.duration_s if cmd.duration_s > 0 else last_end[0],
                 warmup_s=cmd.warmup_s,
                 offered_load=cmd.load_level,
                 tokenizer=TOKENIZER_NAME,

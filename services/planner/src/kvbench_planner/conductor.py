@@ -412,6 +412,8 @@ class Conductor:
         watcher: asyncio.Task[None],
     ) -> None:
         duration = workload.effective_load_duration_s()
+        # a job with no set length (one session per user) is given hours before it is declared lost
+        timeout_s = duration + self.settings.job_grace_s if duration else 4 * 3600.0
         future = self._expect(f"job:{job.job_id}")
         if job.status != "running":  # a resumed running job is already in a load generator's hands
             job.status = "running"
@@ -426,7 +428,7 @@ class Conductor:
                     traffic=workload.traffic.model_dump(mode="json"),
                     load_level=job.load_level,
                     duration_s=duration,
-                    warmup_s=workload.measurement.warmup_s,
+                    warmup_s=workload.effective_warmup_s(),
                     routing=workload.measurement.routing,
                     seed=job.repeat,
                 )
@@ -435,7 +437,7 @@ class Conductor:
         waitables: list[asyncio.Future[Any]] = [future, watcher]
         done, _ = await asyncio.wait(
             waitables,
-            timeout=duration + self.settings.job_grace_s,
+            timeout=timeout_s,
             return_when=asyncio.FIRST_COMPLETED,
         )
         if watcher in done:

@@ -145,13 +145,6 @@ def _stack_rules(
             "In Routing, choose a prefill and decode routing policy.",
             "measurement.routing",
         )
-    if w.cluster.sim is not None and not stack.simulated:
-        warn(
-            "stack_not_simulated",
-            f"The stack {stack.id} has no simulated form yet; a run on the simulated cluster fails at stand-up",
-            "Use it on a registered cluster group, or choose a simulated stack.",
-            "stack",
-        )
     if (
         version
         and stack.engine == w.engine.name
@@ -228,13 +221,6 @@ def _measurement_rules(
     if shape in needs and needs[shape][1] is None:
         key = needs[shape][0]
         err("missing_field", f"The {shape} shape needs traffic.{key}", f"Set traffic.{key}.", f"traffic.{key}")
-    if shape in ("synthetic_sessions", "shared_prompt", "per_user_history") and traffic.duration_s is None:
-        err(
-            "missing_field",
-            f"The {shape} shape needs traffic.duration_s to bound each job",
-            "Set traffic.duration_s, in seconds.",
-            "traffic.duration_s",
-        )
     if traffic.documents is not None:
         bad = [r for r in traffic.documents.measure_rounds if not 1 <= r <= traffic.documents.rounds]
         if bad:
@@ -252,7 +238,8 @@ def _measurement_rules(
             "measurement.warmup_s",
         )
     load = w.effective_load_duration_s()
-    if load and m.warmup_s >= load / 2:
+    warmup = w.effective_warmup_s()
+    if load and warmup >= load / 2:
         err(
             "warmup_too_long",
             "Warm-up must be less than half the load duration",
@@ -266,10 +253,10 @@ def _measurement_rules(
             "Set measurement.repeats to 3 or more for confidence intervals.",
             "measurement.repeats",
         )
-    if load and load - m.warmup_s < 300:
+    if load and load - warmup < 300:
         warn(
             "short_window",
-            f"Only {load - m.warmup_s:g} s would be measured (less than 300 s)",
+            f"Only {load - warmup:g} s would be measured (less than 300 s)",
             "Lengthen the load or shorten the warm-up.",
             "measurement.warmup_s",
         )

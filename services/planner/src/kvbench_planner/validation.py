@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from kvbench_contracts.plan import Plan
+from kvbench_planner.catalog import CATALOG
 from kvbench_planner.cluster import ClusterFile, Machine, machines_from_sim
 from kvbench_planner.expand import expand_plan
 from kvbench_planner.rules import Issue, workload_issues
@@ -43,6 +44,7 @@ class Review:
     jobs: int = 0
     expanded: dict[str, Any] | None = None
     machines: dict[str, list[Machine]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -54,6 +56,7 @@ class Review:
             "errors": [e.as_dict() for e in self.errors],
             "warnings": [w.as_dict() for w in self.warnings],
             "jobs": self.jobs,
+            "notes": self.notes,
         }
         if self.valid and self.expanded is not None:
             out["expanded"] = self.expanded
@@ -164,6 +167,21 @@ def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review
                     )
                 )
         errors, warnings = workload_issues(w, machines)
+        stack = CATALOG.get(w.stack)
+        if w.cluster.sim is not None and stack is not None and not stack.simulated:
+            review.notes.append(
+                f"{w.name}: the stack {stack.id} has no simulated form yet, so a run on the simulated "
+                "cluster stops at stand-up; run it on a registered cluster group"
+            )
+        if (
+            w.traffic.shape != "agentic_replay"
+            and not w.traffic.duration_s
+            and w.traffic.shape in ("synthetic_sessions", "shared_prompt", "per_user_history")
+        ):
+            review.notes.append(
+                f"{w.name}: no traffic.duration_s, so each user runs one session and the job ends "
+                "when every user is done"
+            )
         review.errors.extend(errors)
         review.warnings.extend(warnings)
         if machines is not None:
