@@ -29,21 +29,22 @@ def _short_demo_plan() -> str:
     return yaml.safe_dump(plan)
 
 
-def _sim_engines_running() -> list[int]:
-    found = []
+def _engines_of(parents: set[int]) -> set[int]:
+    """Simulated engines whose parent is one of ``parents`` (our agents), whatever else runs on the machine."""
+    found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if b"kvbench_sim\x00serve" in cmdline:
-                found.append(int(entry.name))
+            if b"kvbench_sim\x00serve" in cmdline and parent in parents:
+                found.add(int(entry.name))
     return found
 
 
 def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Path, artifacts_dir: Path) -> None:
-    before = set(_sim_engines_running())
     deployment = LocalDeployment(tmp_path / "state")
     state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
     try:
@@ -64,7 +65,10 @@ def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Pat
             assert response.status_code == 201, response.text
             run_id = response.json()["run_id"]
             deadline = time.monotonic() + 240
+            agents = {svc.pid for svc in state.services if svc.name.startswith("node-agent")}
+            engines: set[int] = set()
             while True:
+                engines |= _engines_of(agents)  # every engine our agents started during the run
                 status = client.get(f"{state.api_url}/v1/runs/{run_id}").json()
                 if status["status"] in ("succeeded", "failed", "cancelled"):
                     break
@@ -80,8 +84,15 @@ def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Pat
         assert off["cached_prompt_tokens"] == 0
         assert gpu["cached_prompt_tokens"] > 0
         assert gpu["ttft_ms"]["p50"] < off["ttft_ms"]["p50"]
-        assert gpu["engine_counters"]["gpu_hit_tokens"] > 0
-        assert off["engine_counters"]["gpu_hit_tokens"] == 0
+        assert gpu["engine_counters"]["prompt_tokens_gpu"] > 0
+        assert off["engine_counters"]["prompt_tokens_gpu"] == 0
+        for w in (off, gpu):  # the sources add up to the prompt tokens, and agree with the requests' view
+            sources = w["prompt_token_sources"]
+            assert sources["source"].startswith("engine counters")
+            assert sum(sources["tokens"].values()) == pytest.approx(sources["prompt_tokens"])
+            assert abs(sources["cross_check"]["difference"]) < 0.1
+        assert gpu["test_points"][0]["load_level"] == 4
+        assert gpu["limits"]["break_even_gbps"] > 0
 
         async def rows_per_workload() -> dict[str, int]:
             conn = await asyncpg.connect(fresh_database)
@@ -104,4 +115,5 @@ def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Pat
     assert "planner" in stopped
     assert "reporter" in stopped
     assert not [s.name for s in state.services if pid_alive(s.pid)]
-    assert set(_sim_engines_running()) - before == set()
+    assert len(engines) >= 2
+    assert not [pid for pid in engines if pid_alive(pid)]

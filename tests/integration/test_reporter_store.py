@@ -37,7 +37,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1]
+        assert await apply_migrations(conn) == [1, 2]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()

@@ -21,7 +21,7 @@ def _workload(name: str, p50: float, cached: int) -> dict[str, object]:
         "cached_prompt_tokens": cached,
         "prompt_tokens": 1000,
         "cache_hit_ratio": cached / 1000,
-        "prompt_token_sources": {"gpu_hit": cached, "recomputed": 1000 - cached},
+        "prompt_token_sources": {"tokens": {"gpu_hit": cached, "recomputed": 1000 - cached}},
         "engine_counters": None,
         "validity": {"verdict": "preliminary", "reasons": ["short <window>"]},
         "jobs": [

@@ -255,6 +255,87 @@ def cmd_demo(args: argparse.Namespace) -> int:
         console.print(f"stopped {len(stopped)} processes · demo took {time.monotonic() - started:.0f} s")
 
 
+def cmd_report_analyze(args: argparse.Namespace) -> int:
+    """DESIGN.md 6: the client-side figures of record files, with the report's definitions, no server."""
+    from kvbench_contracts.records import RequestRecord  # noqa: PLC0415
+    from kvbench_core.analysis import Slo, analyze  # noqa: PLC0415
+
+    records: list[RequestRecord] = []
+    for path in args.files:
+        for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+            if line.strip():
+                try:
+                    records.append(RequestRecord.model_validate_json(line))
+                except ValueError as exc:
+                    err_console.print(
+                        f"[red]{escape(path)}:{number}[/red]: not a request record ({escape(str(exc)[:200])})"
+                    )
+                    return 2
+    load_end = args.load_duration_s
+    if load_end is None:  # the whole file: up to the last request's end
+        load_end = max((r.start_s + (r.e2e_s or 0.0) for r in records), default=0.0)
+    figures = analyze(records, args.warmup_s, load_end, Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms))
+    if args.json:
+        sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+    else:
+        table = Table(
+            title=f"{figures['requests_measured']} of {figures['requests_total']} requests measured over "
+            f"{figures['window_s']:g} s"
+        )
+        for column in ("figure", "mean", "p50", "p90", "p95", "p99"):
+            table.add_column(column)
+        for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            table.add_row(key, *[_ms(figures[key], k) for k in ("mean", "p50", "p90", "p95", "p99")])
+        console.print(table)
+        console.print(
+            f"output {figures['output_tokens_per_s']:.1f} tok/s · {figures['request_rate']:.2f} req/s · "
+            f"goodput {figures['goodput_rps']:.2f} req/s · errors {figures['errors']}"
+        )
+    return 0
+
+
+def cmd_records_export(args: argparse.Namespace) -> int:
+    endpoints = resolve_endpoints(Path(args.state_dir), args.api, args.report_api)
+    out = Path(args.output or f"{args.run_id}.{args.format}")
+    with (
+        httpx.Client(timeout=httpx.Timeout(30.0, read=300.0)) as client,
+        client.stream("GET", f"{endpoints.report_url}/v1/runs/{args.run_id}/records") as response,
+    ):
+        if response.status_code != 200:
+            raise ApiError(f"records of {args.run_id}: HTTP {response.status_code}", response.status_code)
+        lines = (line for line in response.iter_lines() if line.strip())
+        count = write_records(lines, out, args.format)
+    console.print(f"wrote {count:,} records to {out}")
+    return 0
+
+
+def write_records(lines: Any, out: Path, fmt: str) -> int:
+    """JSON Lines in; jsonl, csv (list fields as JSON) or parquet out. Returns the number of records."""
+    count = 0
+    if fmt == "jsonl":
+        with out.open("w") as fh:
+            for line in lines:
+                fh.write(line + "\n")
+                count += 1
+        return count
+    rows = [json.loads(line) for line in lines]
+    if fmt == "csv":
+        import csv  # noqa: PLC0415
+
+        fields = list(rows[0]) if rows else ["request_id"]
+        with out.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+        return len(rows)
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return len(rows)
+
+
 def cmd_plan_validate(args: argparse.Namespace) -> int:
     from kvbench_planner.validation import GroupResolver, load_cluster_file, review_text  # noqa: PLC0415
 
@@ -310,6 +391,17 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _analyze_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE.jsonl")
+    p.add_argument("--warmup-s", type=float, default=0.0)
+    p.add_argument("--load-duration-s", type=float, default=None, help="load end (default: the last request's end)")
+    p.add_argument("--slo-ttft-ms", type=float, default=None)
+    p.add_argument("--slo-tpot-ms", type=float, default=None)
+    p.add_argument("--slo-e2e-ms", type=float, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_report_analyze)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvbench", description="Benchmark distributed KV-cache strategies")
     parser.add_argument("--state-dir", default=".kvbench", help="where `up` keeps its pids, logs and data")
@@ -339,6 +431,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--report-api", default=None, help="reporter URL (default: from `up`, or KVBENCH_REPORT_URL)")
         p.set_defaults(func=func)
 
+    analyze = sub.add_parser("analyze", help="figures of record files (also: kvbench report analyze)")
+    records = sub.add_parser("records", help="request records").add_subparsers(dest="records_command", required=True)
+    export = records.add_parser("export", help="export a run's request records")
+    export.add_argument("run_id")
+    export.add_argument("--format", choices=("jsonl", "csv", "parquet"), default="jsonl")
+    export.add_argument("--output", default=None, help="file to write (default RUN_ID.FORMAT)")
+    export.add_argument("--api", default=None)
+    export.add_argument("--report-api", default=None)
+    export.set_defaults(func=cmd_records_export)
+    for p in (analyze,):
+        _analyze_args(p)
+
     demo = sub.add_parser("demo", help="up, run the demo plan, write the report, down")
     demo.add_argument("--output", default="demo-output")
     demo.set_defaults(func=cmd_demo)
@@ -361,6 +465,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `kvbench report analyze FILE...` is the documented spelling; `kvbench report RUN_ID` shows a run
+    for i in range(len(argv) - 1):
+        if argv[i] == "report" and argv[i + 1] == "analyze":
+            argv[i : i + 2] = ["analyze"]
+            break
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvbench_contracts.plan import Workload
+from kvbench_core.models import WEIGHT_SHARE, find_model, gpu_spec, min_tensor_parallel
 from kvbench_planner.catalog import CATALOG, ORCHESTRATOR_LOCKS, StackSpec
 from kvbench_planner.cluster import Machine
-from kvbench_planner.models import WEIGHT_SHARE, find_model, gpu_spec, min_tensor_parallel
 
 __all__ = ["Issue", "version_tuple", "workload_issues"]
 

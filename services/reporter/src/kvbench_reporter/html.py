@@ -119,8 +119,9 @@ def render_html(report: dict[str, Any]) -> str:
             "tokens",
             names,
             {
-                "GPU prefix hit": [float(w["prompt_token_sources"]["gpu_hit"]) for w in workloads],
-                "recomputed": [float(w["prompt_token_sources"]["recomputed"]) for w in workloads],
+                source: [float(w["prompt_token_sources"]["tokens"].get(source, 0.0)) for w in workloads]
+                for source in ("gpu_hit", "host_tier", "disk", "shared_store", "transferred", "recomputed")
+                if any(w["prompt_token_sources"]["tokens"].get(source) for w in workloads)
             },
         ),
     ]
@@ -137,8 +138,8 @@ def render_html(report: dict[str, Any]) -> str:
         ec = w.get("engine_counters")
         engine_line = (
             f"<p>Engine counters over the measured windows ({_fmt(ec.get('engines'), 0)} engine samples sets): "
-            f"prompt tokens {_fmt(ec.get('prompt_tokens'), 0)}, GPU prefix hits {_fmt(ec.get('gpu_hit_tokens'), 0)},"
-            f" recomputed {_fmt(ec.get('recomputed_tokens'), 0)}. Per-request usage says "
+            f"prompt tokens {_fmt(ec.get('prompt_tokens'), 0)}, GPU prefix hits {_fmt(ec.get('prompt_tokens_gpu'), 0)},"
+            f" recomputed {_fmt(ec.get('prompt_tokens_recomputed'), 0)}. Per-request usage says "
             f"{_fmt(w['cached_prompt_tokens'])} of {_fmt(w['prompt_tokens'])} prompt tokens were cached.</p>"
             if ec
             else "<p>No engine counter samples for this workload.</p>"

@@ -1,8 +1,15 @@
-"""A run's report: the five questions, computed from PostgreSQL with the definitions of DESIGN.md 6."""
+"""A run's report: the five questions, computed from PostgreSQL with the definitions of DESIGN.md 6.
+
+Did it work? (validity with reasons) · How fast? (per job, per test point with repeat intervals, TTFT by
+concurrency) · Did distributed KV help? (prompt-token sources from engine counters, cross-checked with the
+requests' cached_tokens; hit ratio over time; KV bytes moved) · What limited performance? (tier transfer rates,
+break-even bandwidth, GPU power, capacity and cost) · What happened underneath? (events, samples, errors).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,42 +19,74 @@ import asyncpg
 from kvbench_contracts.envelope import utc_now
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
+from kvbench_core.models import find_model
+from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
 from kvbench_reporter.store import Store
 
-__all__ = ["ENGINE_COUNTERS", "build_report", "counter_deltas", "records_complete"]
+__all__ = ["COUNTERS", "build_report", "counter_deltas", "records_complete"]
 
 SHORT_WINDOW_S = 300.0
 ERROR_BUDGET = 0.05
-
-# normalised name -> engine series (vLLM names; summed over engines)
-ENGINE_COUNTERS = {
-    "prompt_tokens": "vllm:prompt_tokens_total",
-    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
-    "gpu_hit_tokens": "vllm:prefix_cache_hits_total",
+UNSTABLE_CV = 0.30
+COUNTERS = (
+    "prompt_tokens",
+    "prompt_tokens_gpu",
+    "prompt_tokens_host",
+    "prompt_tokens_disk",
+    "prompt_tokens_remote",
+    "prompt_tokens_transferred",
+    "prompt_tokens_recomputed",
+    "kv_bytes_loaded_host",
+    "kv_bytes_stored_host",
+    "kv_bytes_loaded_disk",
+    "kv_bytes_stored_disk",
+    "kv_bytes_loaded_remote",
+    "kv_bytes_stored_remote",
+    "kv_bytes_transferred",
+    "kv_transfers",
+    "preemptions",
+)
+SOURCES = {
+    "prompt_tokens_gpu": "gpu_hit",
+    "prompt_tokens_host": "host_tier",
+    "prompt_tokens_disk": "disk",
+    "prompt_tokens_remote": "shared_store",
+    "prompt_tokens_transferred": "transferred",
+    "prompt_tokens_recomputed": "recomputed",
 }
 
 
-def _series(samples: dict[str, float], name: str) -> float:
-    return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime) -> dict[str, Any]:
-    """Counters differenced over [start, end] per engine, then summed (never cumulative ratios)."""
-    by_engine: dict[str, list[tuple[datetime, dict[str, float]]]] = defaultdict(list)
+    """Normalized counters differenced over [start, end] per engine, then summed (never cumulative ratios)."""
+    by_engine: dict[str, list[tuple[datetime, dict[str, float], list[dict[str, float]]]]] = defaultdict(list)
     for row in samples:
-        raw = row["samples"]
-        by_engine[row["engine_id"]].append((row["sampled_at"], json.loads(raw) if isinstance(raw, str) else raw))
-    totals = dict.fromkeys(ENGINE_COUNTERS, 0.0)
-    engines = 0
+        by_engine[row["engine_id"]].append((row["sampled_at"], _json(row["normalized"]) or {}, _json(row["gpus"])))
+    totals = dict.fromkeys(COUNTERS, 0.0)
+    kv_usage_max = 0.0
+    power: list[float] = []
+    util: list[float] = []
     for series in by_engine.values():
-        before = [s for t, s in series if t <= start] or [series[0][1]]
-        after = [s for t, s in series if t <= end] or [series[-1][1]]
-        first, last = before[-1], after[-1]
-        engines += 1
-        for key, name in ENGINE_COUNTERS.items():
-            totals[key] += max(0.0, _series(last, name) - _series(first, name))
-    totals["recomputed_tokens"] = max(0.0, totals["prompt_tokens"] - totals["gpu_hit_tokens"])
-    return {"engines": engines, **totals}
+        before = [s for t, s, _ in series if t <= start] or [series[0][1]]
+        upto = [s for t, s, _ in series if t <= end] or [series[-1][1]]
+        first, last = before[-1], upto[-1]
+        for key in COUNTERS:
+            totals[key] += max(0.0, float(last.get(key, 0.0)) - float(first.get(key, 0.0)))
+        for t, s, gpus in series:
+            if start <= t <= end:
+                kv_usage_max = max(kv_usage_max, float(s.get("kv_usage", 0.0)))
+                power += [g["power_w"] for g in gpus if "power_w" in g]
+                util += [g["utilization_pct"] for g in gpus if "utilization_pct" in g]
+    return {
+        "engines": len(by_engine),
+        **totals,
+        "kv_usage_max": kv_usage_max,
+        "gpu_power_w_mean": sum(power) / len(power) if power else None,
+        "gpu_utilization_pct_mean": sum(util) / len(util) if util else None,
+    }
 
 
 async def records_complete(store: Store, run_id: str) -> bool:
@@ -64,47 +103,231 @@ def _slo(spec: dict[str, Any]) -> Slo:
     return Slo(ttft_ms=slo.get("ttft_ms"), tpot_ms=slo.get("tpot_ms"), e2e_ms=slo.get("e2e_ms"))
 
 
+def _achieved(
+    spec: dict[str, Any],
+    records: list[RequestRecord],
+    job: dict[str, Any],
+    measured: list[RequestRecord],
+    window: float,
+) -> dict[str, Any]:
+    arrivals = (spec.get("traffic") or {}).get("arrivals") or {}
+    offered = float(job["load_level"])
+    if arrivals.get("mode") == "request_rate":
+        started = sum(1 for r in records if job["warmup"] <= r.start_s < job["load_end"])
+        achieved = started / window if window > 0 else 0.0
+        return {
+            "mode": "request_rate",
+            "offered_rps": offered,
+            "achieved_rps": achieved,
+            "ratio": achieved / offered if offered else None,
+        }
+    busy = sum(r.e2e_s or 0.0 for r in measured)
+    return {
+        "mode": "closed_loop",
+        "offered_users": offered,
+        "achieved_concurrency": busy / window if window > 0 else 0.0,
+        "definition": "achieved concurrency = summed E2E of measured requests / window (Little's law)",
+    }
+
+
+def _job_figures(spec: dict[str, Any], job: asyncpg.Record, records: list[RequestRecord]) -> dict[str, Any]:
+    warmup, load_end = float(job["warmup_s"]), float(job["load_duration_s"])
+    measured, errors = select_measured(records, warmup, load_end)
+    window = load_end - warmup
+    out = figures(measured, errors, window, _slo(spec))
+    slices = slice_figures(measured, warmup, load_end, slices=10)
+    out["slices"] = slices
+    out["stability_cv"] = coefficient_of_variation([s["output_tokens_per_s"] for s in slices if s["requests"]])
+    out["drift"] = drift([s["start_s"] for s in slices], [s["ttft_p50_ms"] for s in slices])
+    out["achieved"] = _achieved(
+        spec, records, {"load_level": job["load_level"], "warmup": warmup, "load_end": load_end}, measured, window
+    )
+    rates = [
+        (r.prompt_tokens - (r.cached_tokens or 0)) / r.ttft_s
+        for r in measured
+        if r.ttft_s and r.prompt_tokens - (r.cached_tokens or 0) >= 256
+    ]
+    out["prefill_tokens_per_s_best"] = max(rates) if rates else None
+    return out
+
+
 def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[str, Any]:
-    reasons: list[str] = []
-    verdict = "valid"
+    invalid: list[str] = []
+    preliminary: list[str] = []
     failed = [j for j in jobs if j["status"] != "succeeded"]
     if failed:
-        verdict = "invalid"
-        reasons.append(
+        invalid.append(
             f"{len(failed)} of {len(jobs)} jobs did not succeed: "
             + "; ".join(f"{j['job_id']}: {j.get('reason') or j['status']}" for j in failed)
         )
     if pooled["requests_measured"] == 0:
-        verdict = "invalid"
-        reasons.append("no request was measured (none started after the warm-up and ended before the load end)")
+        invalid.append("no request was measured (none started after the warm-up and ended before the load end)")
     attempts = pooled["requests_measured"] + pooled["errors"]
     if attempts and pooled["errors"] / attempts > ERROR_BUDGET:
-        verdict = "invalid"
-        reasons.append(f"errors {pooled['errors']} of {attempts} exceed the {ERROR_BUDGET:.0%} error budget")
+        invalid.append(f"errors {pooled['errors']} of {attempts} exceed the {ERROR_BUDGET:.0%} error budget")
+    for j in jobs:
+        ach = j.get("achieved") or {}
+        if ach.get("mode") == "request_rate" and ach.get("ratio") is not None and ach["ratio"] < 0.95:
+            (invalid if ach["ratio"] < 0.90 else preliminary).append(
+                f"job {j['job_id']} achieved {ach['achieved_rps']:.2f} of {ach['offered_rps']:.2f} requests/s "
+                f"({ach['ratio']:.0%})"
+            )
+        if j.get("stability_cv") is not None and j["stability_cv"] > UNSTABLE_CV:
+            preliminary.append(
+                f"job {j['job_id']}: throughput varies over time (CV {j['stability_cv']:.2f} "
+                f"over 10 slices, above {UNSTABLE_CV})"
+            )
+        if (j.get("drift") or {}).get("significant"):
+            preliminary.append(
+                f"job {j['job_id']}: TTFT drifts ({j['drift']['relative_change']:+.0%} over the "
+                "window, a significant slope)"
+            )
     repeats = int((spec.get("measurement") or {}).get("repeats", 3))
-    if verdict == "valid" and repeats < 3:
-        verdict = "preliminary"
-        reasons.append(f"{repeats} repeat(s): fewer than 3, so no confidence interval")
+    if repeats < 3:
+        preliminary.append(f"{repeats} repeat(s): fewer than 3, so no confidence interval")
     windows = [j["window_s"] for j in jobs if j.get("window_s") is not None]
     if windows and min(windows) < SHORT_WINDOW_S:
-        if verdict == "valid":
-            verdict = "preliminary"
-        reasons.append(f"measured window {min(windows):g} s is under {SHORT_WINDOW_S:g} s")
-    return {"verdict": verdict, "reasons": reasons}
+        preliminary.append(f"measured window {min(windows):g} s is under {SHORT_WINDOW_S:g} s")
+    verdict = "invalid" if invalid else "preliminary" if preliminary else "valid"
+    return {"verdict": verdict, "reasons": invalid + preliminary}
 
 
-async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
+def _test_points(
+    jobs: list[dict[str, Any]],
+    records_by_level: dict[float, list[RequestRecord]],
+    window_by_level: dict[float, float],
+    spec: dict[str, Any],
+) -> list[dict[str, Any]]:
+    points = []
+    for level in sorted({j["load_level"] for j in jobs}):
+        done = [j for j in jobs if j["load_level"] == level and "ttft_ms" in j]
+        pooled = figures(
+            records_by_level.get(level, []),
+            sum(j.get("errors", 0) for j in done),
+            window_by_level.get(level, 0.0),
+            _slo(spec),
+        )
+        points.append(
+            {
+                "load_level": level,
+                "repeats": len(done),
+                "ttft_ms": pooled["ttft_ms"],
+                "tpot_ms": pooled["tpot_ms"],
+                "output_tokens_per_s": pooled["output_tokens_per_s"],
+                "across_repeats": {
+                    "ttft_p50_ms": repeat_interval([j["ttft_ms"]["p50"] for j in done]),
+                    "ttft_p99_ms": repeat_interval([j["ttft_ms"]["p99"] for j in done]),
+                    "tpot_p50_ms": repeat_interval([j["tpot_ms"]["p50"] for j in done]),
+                    "output_tokens_per_s": repeat_interval([j["output_tokens_per_s"] for j in done]),
+                    "goodput_rps": repeat_interval([j["goodput_rps"] for j in done]),
+                },
+            }
+        )
+    return points
+
+
+def _sources(pooled: dict[str, Any], engine: dict[str, float] | None) -> dict[str, Any]:
+    from_requests = {
+        "cached": pooled["cached_tokens"],
+        "recomputed": pooled["prompt_tokens"] - pooled["cached_tokens"],
+        "prompt_tokens": pooled["prompt_tokens"],
+    }
+    if engine and engine.get("prompt_tokens"):
+        tokens = {name: engine.get(key, 0.0) for key, name in SOURCES.items()}
+        total = engine["prompt_tokens"]
+        cached = total - tokens["recomputed"]
+        request_share = (
+            from_requests["cached"] / from_requests["prompt_tokens"] if from_requests["prompt_tokens"] else 0
+        )
+        return {
+            "source": "engine counters over the measured windows",
+            "prompt_tokens": total,
+            "tokens": tokens,
+            "shares": {k: v / total for k, v in tokens.items()},
+            "per_request": from_requests,
+            "cross_check": {
+                "engine_cached_share": cached / total,
+                "request_cached_share": request_share,
+                "difference": cached / total - request_share,
+            },
+        }
+    return {
+        "source": "per-request usage.prompt_tokens_details.cached_tokens (no engine counters)",
+        "prompt_tokens": from_requests["prompt_tokens"],
+        "tokens": {"gpu_hit": from_requests["cached"], "recomputed": from_requests["recomputed"]},
+        "per_request": from_requests,
+        "cross_check": None,
+    }
+
+
+def _limits(
+    spec: dict[str, Any],
+    engine: dict[str, float] | None,
+    window: float,
+    best_prefill: float | None,
+    goodput: float,
+    output_tps: float,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    model = find_model(str(spec.get("model", "")))
+    kv_bpt = model.kv_bytes_per_token if model else None
+    out: dict[str, Any] = {"kv_bytes_per_token": kv_bpt, "prefill_tokens_per_s_best": best_prefill}
+    if kv_bpt and best_prefill:
+        out["break_even_gbps"] = kv_bpt * best_prefill / 1e9
+        out["break_even_definition"] = (
+            "KV bytes per token x fastest observed prefill rate: a tier that loads "
+            "slower than this loses to recomputing"
+        )
+    if engine and window > 0:
+        out["tier_rates_gbps"] = {
+            tier: (
+                engine.get(f"kv_bytes_loaded_{tier}", 0.0) / window / 1e9,
+                engine.get(f"kv_bytes_stored_{tier}", 0.0) / window / 1e9,
+            )
+            for tier in ("host", "disk", "remote")
+        }
+        out["tier_rates_definition"] = "(load, store) GB/s averaged over the measured windows"
+        out["gpu_power_w_mean"] = engine.get("gpu_power_w_mean")
+        out["gpu_utilization_pct_mean"] = engine.get("gpu_utilization_pct_mean")
+    cluster = spec.get("cluster") or {}
+    sim = cluster.get("sim") or {}
+    sizing = spec.get("sizing") or {}
+    machines = int(sim.get("machines") or 0) or None
+    gpus_per = int(sizing.get("gpus_per_machine") or sim.get("gpus_per_machine") or 0) or None
+    gpus = machines * gpus_per if machines and gpus_per else None
+    capacity: dict[str, Any] = {"machines": machines, "gpus": gpus, "goodput_rps": goodput}
+    target = settings.get("target_goodput_rps")
+    if machines and goodput > 0:
+        capacity["goodput_rps_per_machine"] = goodput / machines
+        if target:
+            capacity["target_goodput_rps"] = target
+            capacity["machines_for_target"] = math.ceil(target / (goodput / machines))
+    out["capacity"] = capacity
+    price = (settings.get("price_per_gpu_hour") or {}).get(str(sim.get("gpu") or ""))
+    if price and gpus and output_tps > 0:
+        out["cost"] = {
+            "usd_per_gpu_hour": price,
+            "usd_per_million_output_tokens": gpus * price / (output_tps * 3600) * 1e6,
+        }
+    return out
+
+
+async def build_report(store: Store, run_id: str, settings: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    settings = settings or {}
     run = await store.run(run_id)
     if run is None:
         return None
-    specs = {w["name"]: json.loads(w["spec"]) for w in await store.workloads(run_id)}
-    stacks = {w["name"]: (w["stack"], w["strategy"]) for w in await store.workloads(run_id)}
+    workload_rows = await store.workloads(run_id)
+    specs = {w["name"]: _json(w["spec"]) for w in workload_rows}
+    stacks = {w["name"]: (w["stack"], w["strategy"]) for w in workload_rows}
     counts = await store.record_counts(run_id)
     per_workload: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    pooled_records: dict[str, list[RequestRecord]] = defaultdict(list)
-    pooled_errors: dict[str, int] = defaultdict(int)
-    pooled_window: dict[str, float] = defaultdict(float)
-    engine_totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    measured_by: dict[str, list[RequestRecord]] = defaultdict(list)
+    by_level: dict[str, dict[float, list[RequestRecord]]] = defaultdict(lambda: defaultdict(list))
+    window_by_level: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    errors_by: dict[str, int] = defaultdict(int)
+    window_by: dict[str, float] = defaultdict(float)
+    engine_totals: dict[str, dict[str, float]] = {}
     for job in await store.jobs(run_id):
         name = job["workload"]
         spec = specs.get(name, {})
@@ -118,13 +341,15 @@ async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
             "tokenizer": job["tokenizer"],
         }
         if job["status"] == "succeeded" and job["load_duration_s"] is not None:
-            warmup, load_end = float(job["warmup_s"]), float(job["load_duration_s"])
             records = await store.records(job["job_id"])
-            measured, errors = select_measured(records, warmup, load_end)
-            entry.update(figures(measured, errors, load_end - warmup, _slo(spec)))
-            pooled_records[name].extend(measured)
-            pooled_errors[name] += errors
-            pooled_window[name] += load_end - warmup
+            entry.update(_job_figures(spec, job, records))
+            warmup, load_end = float(job["warmup_s"]), float(job["load_duration_s"])
+            measured, _ = select_measured(records, warmup, load_end)
+            measured_by[name].extend(measured)
+            by_level[name][job["load_level"]].extend(measured)
+            window_by_level[name][job["load_level"]] += load_end - warmup
+            errors_by[name] += entry["errors"]
+            window_by[name] += load_end - warmup
             if job["started_at"] is not None:
                 start = job["started_at"] + timedelta(seconds=warmup)
                 end = job["started_at"] + timedelta(seconds=load_end)
@@ -132,17 +357,22 @@ async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
                 if deltas:
-                    for key, value in deltas.items():
-                        engine_totals[name][key] += float(value)
+                    total = engine_totals.setdefault(name, defaultdict(float))
+                    for key in COUNTERS:
+                        total[key] += deltas[key]
+                    for key in ("gpu_power_w_mean", "gpu_utilization_pct_mean", "kv_usage_max"):
+                        if deltas.get(key) is not None:
+                            total[key] = max(total.get(key, 0.0), deltas[key])
         per_workload[name].append(entry)
 
     workloads_out: list[dict[str, Any]] = []
     for name, jobs in per_workload.items():
         spec = specs.get(name, {})
-        pooled = figures(pooled_records[name], pooled_errors[name], pooled_window[name], _slo(spec))
-        prompt = pooled["prompt_tokens"]
-        stack, strategy = stacks.get(name, ("", ""))
+        pooled = figures(measured_by[name], errors_by[name], window_by[name], _slo(spec))
         engine = dict(engine_totals[name]) if name in engine_totals else None
+        stack, strategy = stacks.get(name, ("", ""))
+        prompt = pooled["prompt_tokens"]
+        best = max((j.get("prefill_tokens_per_s_best") or 0.0 for j in jobs), default=0.0) or None
         workloads_out.append(
             {
                 "name": name,
@@ -164,12 +394,23 @@ async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
                 "prompt_tokens": prompt,
                 "cached_prompt_tokens": pooled["cached_tokens"],
                 "cache_hit_ratio": pooled["cached_tokens"] / prompt if prompt else None,
-                "prompt_token_sources": {
-                    "gpu_hit": pooled["cached_tokens"],
-                    "recomputed": prompt - pooled["cached_tokens"],
-                    "source": "per-request usage.prompt_tokens_details.cached_tokens of measured requests",
-                },
+                "test_points": _test_points(jobs, by_level[name], window_by_level[name], spec),
+                "prompt_token_sources": _sources(pooled, engine),
+                "hit_ratio_over_time": [
+                    {"job_id": j["job_id"], "start_s": s["start_s"], "ratio": s["cache_hit_ratio"]}
+                    for j in jobs
+                    for s in j.get("slices", [])
+                ],
+                "kv_bytes_moved": {
+                    k: engine.get(k, 0.0)
+                    for k in ("kv_bytes_transferred", "kv_bytes_loaded_remote", "kv_bytes_stored_remote")
+                }
+                if engine
+                else None,
                 "engine_counters": engine,
+                "limits": _limits(
+                    spec, engine, window_by[name], best, pooled["goodput_rps"], pooled["output_tokens_per_s"], settings
+                ),
                 "validity": _validity(spec, jobs, pooled),
                 "jobs": jobs,
             }
@@ -188,17 +429,22 @@ async def build_report(store: Store, run_id: str) -> dict[str, Any] | None:
         "run_id": run_id,
         "plan_name": run["plan_name"],
         "status": run["status"],
-        "reasons": json.loads(run["reasons"]) if isinstance(run["reasons"], str) else run["reasons"],
+        "reasons": _json(run["reasons"]),
         "submitted_at": run["submitted_at"].isoformat(),
         "finished_at": run["finished_at"].isoformat() if run["finished_at"] else None,
         "generated_at": utc_now().isoformat(),
         "definitions": {
             **DEFINITIONS,
-            "workload_figures": "pool the measured requests of all the workload's jobs; throughput and rates use "
-            "the sum of the jobs' windows",
+            "workload_figures": "pool the measured requests of all the workload's jobs; throughput and rates use the "
+            "sum of the jobs' windows",
             "requests": "every request sent by the workload's jobs (rows in request_records)",
-            "engine_counters": "engine /metrics counters differenced over each job's measured window per engine "
-            "and summed (samples every few seconds, so window edges are approximate)",
+            "engine_counters": "engine /metrics counters, normalised across engines, differenced over each job's "
+            "measured window per engine and summed (samples every few seconds, so window edges are approximate)",
+            "across_repeats": "mean, sample standard deviation and two-sided Student-t 95% interval over the repeats "
+            "of a test point",
+            "stability_cv": "coefficient of variation of output tokens/s over 10 equal slices of the window",
+            "drift": "least-squares slope of per-slice median TTFT; flagged when significant at 95% and above 10% "
+            "over the window",
         },
         "workloads": workloads_out,
         "events": events,

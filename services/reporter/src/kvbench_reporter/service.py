@@ -79,7 +79,14 @@ class Reporter:
         await self.build(run_id)
 
     async def build(self, run_id: str) -> tuple[dict[str, object], str] | None:
-        report = await build_report(self.store, run_id)
+        report = await build_report(
+            self.store,
+            run_id,
+            {
+                "price_per_gpu_hour": self.settings.price_per_gpu_hour,
+                "target_goodput_rps": self.settings.target_goodput_rps,
+            },
+        )
         if report is None:
             return None
         html = render_html(report)
@@ -112,9 +119,22 @@ class Reporter:
                 return await self._not_ready(run_id)
             return web.Response(text=found[1], content_type="text/html")
 
+        async def records_jsonl(request: web.Request) -> web.StreamResponse:
+            """The run's request records in the public export format, streamed as JSON Lines."""
+            run_id = request.match_info["run_id"]
+            if await self.store.run(run_id) is None:
+                return web.json_response({"detail": f"no run {run_id}"}, status=404)
+            response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+            await response.prepare(request)
+            async for chunk in self.store.run_records(run_id):
+                await response.write("".join(r.model_dump_json() + "\n" for r in chunk).encode())
+            await response.write_eof()
+            return response
+
         return [
             web.get("/v1/runs/{run_id}/report", report_json),
             web.get("/v1/runs/{run_id}/report.html", report_html),
+            web.get("/v1/runs/{run_id}/records", records_jsonl),
         ]
 
     async def _not_ready(self, run_id: str) -> web.Response:

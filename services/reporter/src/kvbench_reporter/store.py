@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from importlib import resources
 from typing import Any, TypeAlias
@@ -152,9 +152,21 @@ class Store:
     async def insert_engine_samples(self, samples: Sequence[EngineSampled]) -> None:
         async with self.pool.acquire() as conn:
             await conn.executemany(
-                "INSERT INTO engine_samples (event_id, run_id, node_id, engine_id, sampled_at, samples) "
-                "VALUES ($1,$2,$3,$4,$5,$6::jsonb) ON CONFLICT (event_id) DO NOTHING",
-                [(s.event_id, s.run_id, s.node_id, s.engine_id, s.occurred_at, json.dumps(s.values)) for s in samples],
+                "INSERT INTO engine_samples (event_id, run_id, node_id, engine_id, sampled_at, samples, normalized, "
+                "gpus) VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7::jsonb,$8::jsonb) ON CONFLICT (event_id) DO NOTHING",
+                [
+                    (
+                        s.event_id,
+                        s.run_id,
+                        s.node_id,
+                        s.engine_id,
+                        s.occurred_at,
+                        json.dumps(s.values),
+                        json.dumps(s.normalized),
+                        json.dumps(s.gpus),
+                    )
+                    for s in samples
+                ],
             )
 
     # -- reads --------------------------------------------------------------------------------
@@ -183,10 +195,30 @@ class Store:
         )
         return [RequestRecord.model_validate(dict(r)) for r in rows]
 
+    async def run_records(self, run_id: str, batch: int = 5000) -> AsyncIterator[list[RequestRecord]]:
+        """Every record of a run in the export format, in batches (a cursor, so memory stays flat)."""
+        columns = ", ".join(c for c in _RECORD_COLUMNS if c != "run_id")
+        async with self.pool.acquire() as conn, conn.transaction():
+            cursor = conn.cursor(
+                f"SELECT {columns} FROM request_records WHERE run_id = $1 "  # noqa: S608 (fixed columns)
+                "ORDER BY job_id, start_s",
+                run_id,
+                prefetch=batch,
+            )
+            chunk: list[RequestRecord] = []
+            async for row in cursor:
+                chunk.append(RequestRecord.model_validate(dict(row)))
+                if len(chunk) >= batch:
+                    yield chunk
+                    chunk = []
+            if chunk:
+                yield chunk
+
     async def engine_samples(self, run_id: str, start: datetime, end: datetime) -> list[asyncpg.Record]:
         return list(
             await self.pool.fetch(
-                "SELECT engine_id, node_id, sampled_at, samples FROM engine_samples WHERE run_id = $1 "
+                "SELECT engine_id, node_id, sampled_at, samples, normalized, gpus FROM engine_samples "
+                "WHERE run_id = $1 "
                 "AND sampled_at BETWEEN $2 AND $3 ORDER BY engine_id, sampled_at",
                 run_id,
                 start,
