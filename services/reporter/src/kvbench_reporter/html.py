@@ -26,7 +26,7 @@ def bar_chart(
     unit: str,
     groups: list[str],
     series: dict[str, list[float | None]],
-    width: int = 640,
+    width: int = 540,
     height: int = 260,
 ) -> str:
     """Grouped bars: one group per workload, one bar per series."""
@@ -75,6 +75,60 @@ def bar_chart(
     return "".join(parts)
 
 
+def line_chart(
+    title: str,
+    x_unit: str,
+    y_unit: str,
+    series: dict[str, list[tuple[float, float | None]]],
+    width: int = 540,
+    height: int = 260,
+) -> str:
+    """One line (with points) per series; x and y scales start at zero."""
+    points = [(x, y) for pts in series.values() for x, y in pts if y is not None]
+    if not points:
+        return ""
+    x_max = max(x for x, _ in points) * 1.05 or 1.0
+    y_max = max(y for _, y in points) * 1.15 or 1.0
+    left, plot_h, plot_w = 56, height - 70, width - 72
+
+    def sx(x: float) -> float:
+        return left + plot_w * x / x_max
+
+    def sy(y: float) -> float:
+        return 24 + plot_h - plot_h * y / y_max
+
+    parts = [
+        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="{left}" y="16" class="ct">{escape(title)} ({escape(y_unit)} by {escape(x_unit)})</text>',
+    ]
+    for i in range(5):
+        y = 24 + plot_h - plot_h * i / 4
+        parts.append(
+            f'<line x1="{left}" x2="{width - 16}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" class="ax" text-anchor="end">{y_max * i / 4:,.1f}</text>'
+            f'<text x="{sx(x_max * i / 4):.1f}" y="{height - 28}" class="ax" text-anchor="middle">'
+            f"{x_max * i / 4:,.1f}</text>"
+        )
+    for si, (name, pts) in enumerate(series.items()):
+        colour = _PALETTE[si % len(_PALETTE)]
+        clean = [(x, y) for x, y in pts if y is not None]
+        if len(clean) > 1:
+            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in clean)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        parts += [
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"><title>{escape(name)}: '
+            f"{x:,.2f} {escape(x_unit)}, {y:,.2f} {escape(y_unit)}</title></circle>"
+            for x, y in clean
+        ]
+        parts.append(
+            f'<rect x="{left + si * 150}" y="{height - 12}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{left + si * 150 + 14}" y="{height - 3}" class="ax">{escape(name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def _stat_cells(stats: dict[str, Any] | None) -> str:
     stats = stats or {}
     return "".join(f"<td>{_fmt(stats.get(k))}</td>" for k in ("mean", "p50", "p90", "p99"))
@@ -109,10 +163,46 @@ def render_html(report: dict[str, Any]) -> str:
             {p: [w["tpot_ms"].get(p) for w in workloads] for p in ("p50", "p90", "p99")},
         ),
         bar_chart(
-            "Output throughput",
-            "tokens/s",
+            "Output throughput", "tokens/s", names, {"throughput": [w["output_tokens_per_s"] for w in workloads]}
+        ),
+        line_chart(
+            "Throughput against latency",
+            "TTFT p50 ms",
+            "output tokens/s",
+            {
+                w["name"]: [(tp["ttft_ms"]["p50"] or 0.0, tp["output_tokens_per_s"]) for tp in w.get("test_points", [])]
+                for w in workloads
+            },
+        ),
+        line_chart(
+            "TTFT by concurrency",
+            "load level",
+            "TTFT p50 ms",
+            {
+                w["name"]: [(tp["load_level"], tp["ttft_ms"]["p50"]) for tp in w.get("test_points", [])]
+                for w in workloads
+            },
+        ),
+        line_chart(
+            "Cache hit ratio over time",
+            "slice",
+            "share of prompt tokens cached",
+            {
+                w["name"]: [(float(i), h["ratio"]) for i, h in enumerate(w.get("hit_ratio_over_time", []))]
+                for w in workloads
+            },
+        ),
+        bar_chart(
+            "KV bytes moved between machines",
+            "GB",
             names,
-            {"throughput": [w["output_tokens_per_s"] for w in workloads]},
+            {
+                kind: [float((w.get("kv_bytes_moved") or {}).get(key, 0.0)) / 1e9 for w in workloads]
+                for kind, key in (
+                    ("transferred", "kv_bytes_transferred"),
+                    ("loaded from store", "kv_bytes_loaded_remote"),
+                )
+            },
         ),
         bar_chart(
             "Where prompt tokens came from",
