@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -402,6 +403,21 @@ def _analyze_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_report_analyze)
 
 
+def cmd_grafana(args: argparse.Namespace) -> int:
+    from kvbench_reporter.dashboards import export_dashboards, push_dashboards  # noqa: PLC0415
+
+    if args.grafana_command == "export":
+        for path in export_dashboards(Path(args.dir)):
+            console.print(f"wrote {path}")
+        return 0
+    token = os.environ.get("KVBENCH_GRAFANA_TOKEN")
+    if not token:
+        err_console.print("[red]error:[/red] set KVBENCH_GRAFANA_TOKEN to a Grafana service-account token")
+        return 2
+    console.print("pushed: " + ", ".join(push_dashboards(args.url, token)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvbench", description="Benchmark distributed KV-cache strategies")
     parser.add_argument("--state-dir", default=".kvbench", help="where `up` keeps its pids, logs and data")
@@ -442,6 +458,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_records_export)
     for p in (analyze,):
         _analyze_args(p)
+
+    grafana = sub.add_parser("grafana", help="Grafana dashboards").add_subparsers(dest="grafana_command", required=True)
+    export_g = grafana.add_parser("export", help="write the dashboards' JSON for file provisioning")
+    export_g.add_argument("--dir", default="deploy/grafana/dashboards")
+    export_g.set_defaults(func=cmd_grafana)
+    push = grafana.add_parser("push", help="push the dashboards to a Grafana (token in KVBENCH_GRAFANA_TOKEN)")
+    push.add_argument("--url", required=True)
+    push.set_defaults(func=cmd_grafana)
 
     demo = sub.add_parser("demo", help="up, run the demo plan, write the report, down")
     demo.add_argument("--output", default="demo-output")

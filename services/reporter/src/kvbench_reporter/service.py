@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
+import httpx
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -18,6 +19,7 @@ from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.service import run_service
 from kvbench_core.settings import load_settings
+from kvbench_reporter.dashboards import push_dashboards
 from kvbench_reporter.html import render_html
 from kvbench_reporter.ingest import CONTROL_MODELS, Ingestor
 from kvbench_reporter.report import build_report, records_complete
@@ -188,6 +190,14 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
             filter_subject="kvbench.engine.>",
             batch=200,
         )
+        if settings.grafana_url and settings.grafana_token:
+            try:
+                pushed = await asyncio.to_thread(
+                    push_dashboards, settings.grafana_url, settings.grafana_token.get_secret_value()
+                )
+                log.info("dashboards pushed to Grafana", extra={"dashboards": pushed})
+            except httpx.HTTPError as exc:
+                log.warning("could not push dashboards to Grafana", extra={"error": str(exc)[:300]})
         log.info("reporter ready", extra={"port": settings.port})
         await stop.wait()
         await reporter.drain()

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from kvbench_core.settings import ServiceSettings
@@ -19,6 +19,8 @@ class ReporterSettings(ServiceSettings):
         default_factory=dict, description='Cost table for the report, e.g. {"H100": 2.5, "L40S": 1.0} (JSON)'
     )
     target_goodput_rps: float | None = Field(None, gt=0, description="Goodput the capacity plan sizes the pool for")
+    grafana_url: str | None = Field(None, description="Push dashboards to this Grafana at start (its HTTP API)")
+    grafana_token: SecretStr | None = Field(None, description="Service-account token for grafana_url")
 
     @field_validator("database_url")
     @classmethod
