@@ -13,6 +13,7 @@ import yaml
 from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
 from kvbench_core.embedded import pid_alive
+from kvbench_reporter.schema import Report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -79,6 +80,7 @@ def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Pat
         report = fetch_report(endpoints, run_id)
         html = fetch_report(endpoints, run_id, html=True)
         (artifacts_dir / "e2e-report.html").write_text(html)
+        Report.model_validate(report)  # the published schema holds
         by_name = {w["name"]: w for w in report["workloads"]}
         off, gpu = by_name["prefix-off"], by_name["prefix-gpu"]
         assert off["cached_prompt_tokens"] == 0

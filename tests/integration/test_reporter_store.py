@@ -9,6 +9,7 @@ from kvbench_contracts.events import JobFinished, JobStarted, RunSubmitted
 from kvbench_contracts.records import RequestRecord
 from kvbench_reporter.ingest import Ingestor
 from kvbench_reporter.report import build_report
+from kvbench_reporter.schema import Report
 from kvbench_reporter.store import Store, apply_migrations
 
 pytestmark = pytest.mark.integration
@@ -84,6 +85,7 @@ async def test_redelivered_batches_and_events_never_duplicate_rows(fresh_databas
         assert await store.pool.fetchval("SELECT count(*) FROM events") == 3
         report = await build_report(store, "R1")
         assert report is not None
+        Report.model_validate(report)  # the published schema holds
         workload = report["workloads"][0]
         assert workload["requests"] == 20
         assert workload["requests_measured"] == 20

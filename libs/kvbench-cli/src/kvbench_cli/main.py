@@ -210,6 +210,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if status["status"] == "succeeded" else 1
 
 
+def cmd_report_schema(_: argparse.Namespace) -> int:
+    from kvbench_reporter.schema import report_json_schema  # noqa: PLC0415
+
+    sys.stdout.write(json.dumps(report_json_schema(), indent=2) + "\n")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     endpoints = resolve_endpoints(Path(args.state_dir), args.api, args.report_api)
     if args.html:
@@ -447,7 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--report-api", default=None, help="reporter URL (default: from `up`, or KVBENCH_REPORT_URL)")
         p.set_defaults(func=func)
 
-    analyze = sub.add_parser("analyze", help="figures of record files (also: kvbench report analyze)")
+    analyze = sub.add_parser("report-analyze", help="kvbench report analyze FILE.jsonl: figures of record files")
+    sub.add_parser("report-schema", help="kvbench report schema: the report's JSON Schema").set_defaults(
+        func=cmd_report_schema
+    )
     records = sub.add_parser("records", help="request records").add_subparsers(dest="records_command", required=True)
     export = records.add_parser("export", help="export a run's request records")
     export.add_argument("run_id")
@@ -490,10 +500,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `kvbench report analyze FILE...` is the documented spelling; `kvbench report RUN_ID` shows a run
+    # `kvbench report analyze FILE...` and `kvbench report schema` are the documented spellings;
+    # `kvbench report RUN_ID` shows a run
     for i in range(len(argv) - 1):
-        if argv[i] == "report" and argv[i + 1] == "analyze":
-            argv[i : i + 2] = ["analyze"]
+        if argv[i] == "report" and argv[i + 1] in ("analyze", "schema"):
+            argv[i : i + 2] = [f"report-{argv[i + 1]}"]
             break
     args = build_parser().parse_args(argv)
     try:

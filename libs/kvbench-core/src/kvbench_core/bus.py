@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ from kvbench_core.metrics import metric_name
 __all__ = ["Bus", "BusMetrics", "Subscription"]
 
 log = logging.getLogger(__name__)
+
+_SCHEMA_FIELD = re.compile(rb'"schema"\s*:\s*"([^"\\]{1,200})"')
 
 E = TypeVar("E", bound=Envelope)
 Handler = Callable[[Envelope], Awaitable[None]]
@@ -229,19 +232,26 @@ class Bus:
         return self._start(models, whole_batch, durable, filter_subject, stream, batch, ack_wait_s, max_deliver, False)
 
     def _decode(self, msg: Msg, by_schema: dict[str, type[Envelope]], durable: str) -> Envelope | bool | None:
-        """The event, None for a schema we do not handle, False for poison."""
-        try:
-            raw: Any = json.loads(msg.data)
-        except ValueError as exc:
-            return self._poison(msg, durable, f"not JSON: {exc}")
-        schema = raw.get("schema") if isinstance(raw, dict) else None
-        if not isinstance(schema, str):
-            return self._poison(msg, durable, "no schema field")
+        """The event, None for a schema we do not handle, False for poison.
+
+        The schema is read from the raw bytes and the model validates the bytes directly (pydantic's JSON
+        parser), which is more than twice as fast as json.loads followed by model_validate.
+        """
+        found = _SCHEMA_FIELD.search(msg.data)
+        schema = found.group(1).decode() if found else None
+        if schema is None:
+            try:
+                raw: Any = json.loads(msg.data)
+            except ValueError as exc:
+                return self._poison(msg, durable, f"not JSON: {exc}")
+            schema = raw.get("schema") if isinstance(raw, dict) else None
+            if not isinstance(schema, str):
+                return self._poison(msg, durable, "no schema field")
         model = by_schema.get(schema)
         if model is None:
             return None
         try:
-            return model.model_validate(raw)
+            return model.model_validate_json(msg.data)
         except ValidationError as exc:
             return self._poison(msg, durable, str(exc))
 

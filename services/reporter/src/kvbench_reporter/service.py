@@ -23,6 +23,7 @@ from kvbench_reporter.dashboards import push_dashboards
 from kvbench_reporter.html import render_html
 from kvbench_reporter.ingest import CONTROL_MODELS, Ingestor
 from kvbench_reporter.report import build_report, records_complete
+from kvbench_reporter.schema import report_json_schema
 from kvbench_reporter.settings import ReporterSettings
 from kvbench_reporter.store import Store
 
@@ -133,10 +134,14 @@ class Reporter:
             await response.write_eof()
             return response
 
+        async def report_schema(_: web.Request) -> web.Response:
+            return web.json_response(report_json_schema())
+
         return [
             web.get("/v1/runs/{run_id}/report", report_json),
             web.get("/v1/runs/{run_id}/report.html", report_html),
             web.get("/v1/runs/{run_id}/records", records_jsonl),
+            web.get("/v1/reports/schema", report_schema),
         ]
 
     async def _not_ready(self, run_id: str) -> web.Response:

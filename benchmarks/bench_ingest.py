@@ -1,0 +1,144 @@
+"""Reporter ingestion: request records from JetStream into PostgreSQL (goal: at least 100,000 records/s).
+
+Method: embedded NATS and PostgreSQL on this machine; N records (32-token outputs, so 32 chunk times each) are
+published first in batches of 500 (as the load generator sends them); then the reporter's records consumer
+(durable pull, batch handler, COPY into staging + merge) is started and timed until every row is in PostgreSQL.
+Baseline in the same run: COPY alone of the same rows from memory (no bus, no decoding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+
+from kvbench_contracts.envelope import new_id
+from kvbench_contracts.events import RecordsBatch
+from kvbench_contracts.records import RequestRecord
+from kvbench_core.bus import Bus
+from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
+from kvbench_reporter.ingest import Ingestor
+from kvbench_reporter.store import Store
+
+N = int(os.environ.get("KVBENCH_BENCH_RECORDS", "200000"))
+BATCH = 500
+
+
+def make_records(job_id: str, n: int) -> list[RequestRecord]:
+    rng = random.Random(1)
+    out = []
+    for i in range(n):
+        ttft = rng.uniform(0.05, 0.5)
+        chunks = [ttft + 0.02 * k for k in range(32)]
+        out.append(
+            RequestRecord(
+                request_id=new_id(),
+                job_id=job_id,
+                workload="w",
+                session_id=f"u{i % 64}",
+                turn=i % 4,
+                start_s=i * 0.001,
+                ttft_s=ttft,
+                e2e_s=chunks[-1],
+                chunk_times_s=chunks,
+                chunk_tokens=[1] * 32,
+                prompt_tokens=2048,
+                output_tokens=32,
+                cached_tokens=1024,
+                ok=True,
+            )
+        )
+    return out
+
+
+async def main() -> None:
+    nats = EmbeddedNats(Path(tempfile.mkdtemp())).start()
+    pg = EmbeddedPostgres.in_temp_dir().start()
+    try:
+        records = make_records("J1", N)
+        async with Bus.connect(nats.url, name="bench") as bus:
+            t0 = time.perf_counter()
+            pending = []
+            for start in range(0, N, BATCH):
+                msg = RecordsBatch(run_id="R", job_id="J1", shard="s", records=records[start : start + BATCH])
+                pending.append(bus.js.publish(msg.subject(), msg.to_bytes(), headers={"Nats-Msg-Id": msg.event_id}))
+                if len(pending) >= 64:
+                    await asyncio.gather(*pending)
+                    pending = []
+            await asyncio.gather(*pending)
+            publish_s = time.perf_counter() - t0
+            store = await Store.open(pg.dsn)
+            ingestor = Ingestor(store, lambda _: asyncio.sleep(0))
+            t0 = time.perf_counter()
+            bus.subscribe_batch([RecordsBatch], ingestor.records, durable="bench", stream="KVBENCH_RECORDS", batch=50)
+            while (await store.pool.fetchval("SELECT count(*) FROM request_records")) < N:
+                await asyncio.sleep(0.05)
+            ingest_s = time.perf_counter() - t0
+            await store.pool.execute("TRUNCATE request_records")
+            rows = [
+                (
+                    r.job_id,
+                    r.request_id,
+                    "R",
+                    r.workload,
+                    r.session_id,
+                    r.turn,
+                    r.start_s,
+                    r.ttft_s,
+                    r.e2e_s,
+                    r.chunk_times_s,
+                    r.chunk_tokens,
+                    r.prompt_tokens,
+                    r.output_tokens,
+                    r.cached_tokens,
+                    r.ok,
+                    r.error,
+                    r.shard,
+                )
+                for r in records
+            ]
+            conn = await asyncpg.connect(pg.dsn)
+            t0 = time.perf_counter()
+            await conn.copy_records_to_table(
+                "request_records",
+                records=rows,
+                columns=(
+                    "job_id",
+                    "request_id",
+                    "run_id",
+                    "workload",
+                    "session_id",
+                    "turn",
+                    "start_s",
+                    "ttft_s",
+                    "e2e_s",
+                    "chunk_times_s",
+                    "chunk_tokens",
+                    "prompt_tokens",
+                    "output_tokens",
+                    "cached_tokens",
+                    "ok",
+                    "error",
+                    "shard",
+                ),
+            )
+            copy_s = time.perf_counter() - t0
+            await conn.close()
+            await store.close()
+        print(f"records: {N:,} (32 chunk times each), batches of {BATCH}")
+        print(f"publish to JetStream (setup, not measured): {N / publish_s:,.0f} records/s")
+        print(f"ingestion JetStream -> PostgreSQL: {ingest_s:.2f} s = {N / ingest_s:,.0f} records/s (goal 100,000)")
+        print(f"baseline, COPY alone from memory: {copy_s:.2f} s = {N / copy_s:,.0f} records/s")
+    finally:
+        pg.stop()
+        nats.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

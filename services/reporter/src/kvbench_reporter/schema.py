@@ -1,0 +1,107 @@
+"""The report's published shape (``GET /v1/reports/schema``, ``kvbench report schema``).
+
+Models allow extra keys, so the report can grow without breaking readers; every documented key is required
+to be there with its type. ``build_report``'s output is validated against ``Report`` in the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Report", "report_json_schema"]
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Summary(_Open):
+    mean: float | None = Field(description="Mean")
+    p50: float | None = Field(description="Median (linear interpolation)")
+    p90: float | None = Field(description="90th percentile")
+    p95: float | None = Field(description="95th percentile")
+    p99: float | None = Field(description="99th percentile")
+    count: float = Field(description="Number of values")
+
+
+class Validity(_Open):
+    verdict: Literal["valid", "preliminary", "invalid"] = Field(description="One verdict for the workload")
+    reasons: list[str] = Field(description="Why it is not valid, or what to keep in mind")
+
+
+class Interval(_Open):
+    n: int = Field(description="Repeats with a value")
+    mean: float | None = Field(description="Mean over repeats")
+    std: float | None = Field(description="Sample standard deviation")
+    ci95: list[float] | None = Field(description="Student-t 95% interval [low, high]")
+
+
+class TestPoint(_Open):
+    load_level: float = Field(description="Users (closed loop) or requests/s")
+    repeats: int = Field(description="Jobs measured at this load level")
+    ttft_ms: Summary = Field(description="TTFT of the pooled measured requests (TTFT by concurrency)")
+    tpot_ms: Summary = Field(description="TPOT of the pooled measured requests")
+    output_tokens_per_s: float = Field(description="Output tokens / summed windows")
+    across_repeats: dict[str, Interval] = Field(description="Per-repeat figures: mean, std, 95% interval")
+
+
+class Sources(_Open):
+    source: str = Field(description="Engine counters, or the requests' cached_tokens when no counters exist")
+    prompt_tokens: float = Field(description="Prompt tokens the sources add up to")
+    tokens: dict[str, float] = Field(description="gpu_hit, host_tier, disk, shared_store, transferred, recomputed")
+    cross_check: dict[str, float] | None = Field(description="Engine vs per-request cached share")
+
+
+class Job(_Open):
+    job_id: str = Field(description="Job id")
+    load_level: float = Field(description="Users or requests/s")
+    repeat: int = Field(description="Repeat index, from 0")
+    status: str = Field(description="succeeded, failed, ...")
+    requests: int = Field(description="Rows stored for the job")
+
+
+class Workload(_Open):
+    name: str = Field(description="Workload name from the plan")
+    stack: str = Field(description="Stack id")
+    strategy: str = Field(description="Strategy")
+    requests: int = Field(description="Every request the workload's jobs sent (rows in request_records)")
+    requests_measured: int = Field(description="Requests inside the measured windows")
+    errors: int = Field(description="Errors that started inside the windows")
+    window_s: float = Field(description="Summed measured windows, s")
+    ttft_ms: Summary = Field(description="Time to first token")
+    tpot_ms: Summary = Field(description="Time per output token, per request")
+    itl_ms: Summary = Field(description="Per-token gaps")
+    icl_ms: Summary = Field(description="Gaps between chunks")
+    e2e_ms: Summary = Field(description="End to end latency")
+    output_tokens_per_s: float = Field(description="Throughput")
+    goodput_rps: float = Field(description="Requests meeting every SLO per second")
+    good_fraction: float | None = Field(description="Good / (successes + errors)")
+    prompt_tokens: int = Field(description="Prompt tokens of measured requests")
+    cached_prompt_tokens: int = Field(description="Cached prompt tokens of measured requests (usage field)")
+    cache_hit_ratio: float | None = Field(description="cached_prompt_tokens / prompt_tokens")
+    test_points: list[TestPoint] = Field(description="Per load level")
+    prompt_token_sources: Sources = Field(description="Where prompt tokens came from")
+    hit_ratio_over_time: list[dict[str, Any]] = Field(description="Cache hit ratio per time slice")
+    engine_counters: dict[str, float] | None = Field(description="Normalised engine counters over the windows")
+    limits: dict[str, Any] = Field(description="Break-even bandwidth, tier rates, GPU power, capacity, cost")
+    validity: Validity = Field(description="Did it work?")
+    jobs: list[Job] = Field(description="What happened underneath, per job")
+
+
+class Report(_Open):
+    run_id: str = Field(description="Run id")
+    plan_name: str = Field(description="Plan name")
+    status: str = Field(description="succeeded, failed or cancelled")
+    reasons: list[dict[str, Any]] = Field(description="Why a run failed: {code, message, fix}")
+    submitted_at: str = Field(description="ISO 8601, UTC")
+    finished_at: str | None = Field(description="ISO 8601, UTC")
+    generated_at: str = Field(description="ISO 8601, UTC")
+    definitions: dict[str, str] = Field(description="Every figure's definition, as the report computed it")
+    workloads: list[Workload] = Field(description="Workloads compared, then each workload's five questions")
+    events: list[dict[str, Any]] = Field(description="The run's events, machine by machine")
+
+
+def report_json_schema() -> dict[str, Any]:
+    return Report.model_json_schema()
