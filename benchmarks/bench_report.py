@@ -17,28 +17,9 @@ from kvbench_contracts.events import JobFinished, JobStarted, RunSubmitted
 from kvbench_core.embedded import EmbeddedPostgres
 from kvbench_reporter.ingest import Ingestor
 from kvbench_reporter.report import build_report
-from kvbench_reporter.store import Store
+from kvbench_reporter.store import RECORD_COLUMNS, Store
 
 N = int(os.environ.get("KVBENCH_BENCH_RECORDS", "1000000"))
-COLUMNS = (
-    "job_id",
-    "request_id",
-    "run_id",
-    "workload",
-    "session_id",
-    "turn",
-    "start_s",
-    "ttft_s",
-    "e2e_s",
-    "chunk_times_s",
-    "chunk_tokens",
-    "prompt_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "ok",
-    "error",
-    "shard",
-)
 
 
 async def main() -> None:
@@ -98,7 +79,7 @@ async def main() -> None:
                         "s",
                     )
                 )
-            await conn.copy_records_to_table("request_records", records=rows, columns=COLUMNS)
+            await conn.copy_records_to_table("request_records", records=rows, columns=RECORD_COLUMNS)
         setup_s = time.perf_counter() - t0
         await conn.close()
         t0 = time.perf_counter()

@@ -7,17 +7,15 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-import yaml
 
-from kvbench_cli.deployment import LocalDeployment
 from kvbench_core.embedded import pid_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 HEARTBEAT_TTL_S = 15.0
 
 
@@ -35,43 +33,32 @@ def _engines_of(agent_pid: int) -> list[int]:
     return children
 
 
-def test_killed_agent_fails_the_run_within_the_ttl(nats_url: str, fresh_database: str, tmp_path: Path) -> None:
-    plan = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
-    plan["name"] = "agent-loss"
-    plan["defaults"]["traffic"]["duration_s"] = 120
-    plan["defaults"]["traffic"]["arrivals"]["users"] = [2]
-    plan["workloads"] = plan["workloads"][1:]
-    deployment = LocalDeployment(tmp_path / "state")
-    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
-    try:
-        run_id = httpx.post(
-            f"{state.api_url}/v1/runs",
-            content=yaml.safe_dump(plan).encode(),
-            headers={"Content-Type": "application/yaml"},
-            timeout=30,
-        ).json()["run_id"]
-        deadline = time.monotonic() + 60
-        while httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"][0]["status"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.3)
-        agent = next(s for s in state.services if s.name == "node-agent-sim-1")
-        engines = _engines_of(agent.pid)
-        assert engines, "the agent should have started an engine"
-        os.kill(agent.pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        while [pid for pid in engines if pid_alive(pid)]:
-            assert time.monotonic() - killed_at < 5, "an engine outlived its agent"
-            time.sleep(0.1)
-        while (run := httpx.get(f"{state.api_url}/v1/runs/{run_id}").json())["status"] == "running":
-            assert time.monotonic() - killed_at < HEARTBEAT_TTL_S + 10, run
-            time.sleep(0.5)
-        failed_after = time.monotonic() - killed_at
-        assert run["status"] == "failed"
-        reason = run["reasons"][0]
-        assert reason["code"] == "node_unresponsive"
-        assert reason["message"].startswith("A node stopped responding")
-        assert "sim-1" in reason["message"]
-        assert reason["fix"] == "Check that the agent is running on that machine, and then run the workload again."
-        assert failed_after <= HEARTBEAT_TTL_S + 5
-    finally:
-        deployment.down()
+def test_killed_agent_fails_the_run_within_the_ttl(short_plan: Any, local_kvbench: Any) -> None:
+    _, state = local_kvbench
+    plan = short_plan("agent-loss", duration_s=120, users=2, gpu_only=True)
+    run_id = httpx.post(
+        f"{state.api_url}/v1/runs", content=plan.encode(), headers={"Content-Type": "application/yaml"}, timeout=30
+    ).json()["run_id"]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"][0]["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    agent = next(s for s in state.services if s.name == "node-agent-sim-1")
+    engines = _engines_of(agent.pid)
+    assert engines, "the agent should have started an engine"
+    os.kill(agent.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    while [pid for pid in engines if pid_alive(pid)]:
+        assert time.monotonic() - killed_at < 5, "an engine outlived its agent"
+        time.sleep(0.1)
+    while (run := httpx.get(f"{state.api_url}/v1/runs/{run_id}").json())["status"] == "running":
+        assert time.monotonic() - killed_at < HEARTBEAT_TTL_S + 10, run
+        time.sleep(0.5)
+    failed_after = time.monotonic() - killed_at
+    assert run["status"] == "failed"
+    reason = run["reasons"][0]
+    assert reason["code"] == "node_unresponsive"
+    assert reason["message"].startswith("A node stopped responding")
+    assert "sim-1" in reason["message"]
+    assert reason["fix"] == "Check that the agent is running on that machine, and then run the workload again."
+    assert failed_after <= HEARTBEAT_TTL_S + 5

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-import yaml
 
 from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
@@ -16,18 +16,6 @@ from kvbench_core.embedded import pid_alive
 from kvbench_reporter.schema import Report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _short_demo_plan() -> str:
-    plan = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
-    plan["name"] = "e2e-prefix-cache"
-    plan["defaults"]["traffic"]["duration_s"] = 14
-    plan["defaults"]["traffic"]["arrivals"]["users"] = [4]
-    plan["defaults"]["traffic"]["synthetic"].update(prefix_tokens=1536, turns=2, think_time_s=0.0)
-    plan["defaults"]["measurement"]["warmup_s"] = 3
-    return yaml.safe_dump(plan)
 
 
 def _engines_of(parents: set[int]) -> set[int]:
@@ -45,7 +33,9 @@ def _engines_of(parents: set[int]) -> set[int]:
     return found
 
 
-def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Path, artifacts_dir: Path) -> None:
+def test_demo_slice_end_to_end(
+    nats_url: str, fresh_database: str, tmp_path: Path, artifacts_dir: Path, short_plan: Any
+) -> None:
     deployment = LocalDeployment(tmp_path / "state")
     state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
     try:
@@ -60,7 +50,13 @@ def test_demo_slice_end_to_end(nats_url: str, fresh_database: str, tmp_path: Pat
             assert refused.status_code == 422
             response = client.post(
                 f"{state.api_url}/v1/runs",
-                content=_short_demo_plan().encode(),
+                content=short_plan(
+                    "e2e-prefix-cache",
+                    duration_s=14,
+                    users=4,
+                    synthetic={"prefix_tokens": 1536, "turns": 2, "think_time_s": 0.0},
+                    measurement={"warmup_s": 3},
+                ).encode(),
                 headers={"Content-Type": "application/yaml"},
             )
             assert response.status_code == 201, response.text

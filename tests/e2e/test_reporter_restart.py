@@ -4,73 +4,63 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-import yaml
 
 from kvbench_cli.api import Endpoints, fetch_report
-from kvbench_cli.deployment import LocalDeployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_reporter_killed_mid_run_loses_and_duplicates_nothing(
-    nats_url: str, fresh_database: str, tmp_path: Path
+    short_plan: Any, local_kvbench: Any, fresh_database: str
 ) -> None:
-    plan = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
-    plan["name"] = "reporter-restart"
-    plan["defaults"]["traffic"]["duration_s"] = 10
-    plan["defaults"]["traffic"]["arrivals"]["users"] = [4]
-    plan["defaults"]["traffic"]["synthetic"].update(prefix_tokens=256, turns=2, think_time_s=0.0)
-    plan["defaults"]["measurement"].update(warmup_s=1, repeats=2, cache_state="warm")
-    plan["workloads"] = plan["workloads"][1:]
-    deployment = LocalDeployment(tmp_path / "state")
-    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
-    try:
-        run_id = httpx.post(
-            f"{state.api_url}/v1/runs",
-            content=yaml.safe_dump(plan).encode(),
-            headers={"Content-Type": "application/yaml"},
-            timeout=30,
-        ).json()["run_id"]
-        deadline = time.monotonic() + 60
-        while True:  # kill the reporter while the first job streams its records
-            jobs = httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"]
-            if jobs[0]["status"] == "running" and jobs[0]["requests"] > 0:
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        deployment.restart("reporter", kill=True, tie_to_parent=True)
-        deadline = time.monotonic() + 120
-        while httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["status"] == "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
-        report = fetch_report(Endpoints(state.api_url, state.report_url, None), run_id)
+    deployment, state = local_kvbench
+    plan = short_plan(
+        "reporter-restart",
+        duration_s=10,
+        users=4,
+        gpu_only=True,
+        synthetic={"prefix_tokens": 256, "turns": 2, "think_time_s": 0.0},
+        measurement={"warmup_s": 1, "repeats": 2, "cache_state": "warm"},
+    )
+    run_id = httpx.post(
+        f"{state.api_url}/v1/runs", content=plan.encode(), headers={"Content-Type": "application/yaml"}, timeout=30
+    ).json()["run_id"]
+    deadline = time.monotonic() + 60
+    while True:  # kill the reporter while the first job streams its records
+        jobs = httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"]
+        if jobs[0]["status"] == "running" and jobs[0]["requests"] > 0:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    deployment.restart("reporter", kill=True, tie_to_parent=True)
+    deadline = time.monotonic() + 120
+    while httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["status"] == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    report = fetch_report(Endpoints(state.api_url, state.report_url, None), run_id)
 
-        async def counts() -> list[asyncpg.Record]:
-            conn = await asyncpg.connect(fresh_database)
-            try:
-                return list(
-                    await conn.fetch(
-                        "SELECT j.job_id, j.records_expected, count(r.request_id) AS stored, "
-                        "count(DISTINCT r.request_id) AS distinct_ids FROM jobs j LEFT JOIN request_records r "
-                        "USING (job_id) WHERE j.run_id = $1 GROUP BY j.job_id, j.records_expected",
-                        run_id,
-                    )
+    async def counts() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(fresh_database)
+        try:
+            return list(
+                await conn.fetch(
+                    "SELECT j.job_id, j.records_expected, count(r.request_id) AS stored, "
+                    "count(DISTINCT r.request_id) AS distinct_ids FROM jobs j LEFT JOIN request_records r "
+                    "USING (job_id) WHERE j.run_id = $1 GROUP BY j.job_id, j.records_expected",
+                    run_id,
                 )
-            finally:
-                await conn.close()
+            )
+        finally:
+            await conn.close()
 
-        rows = asyncio.run(counts())
-        assert len(rows) == 2
-        for row in rows:
-            assert row["records_expected"] > 0
-            assert row["stored"] == row["records_expected"] == row["distinct_ids"]
-        assert report["workloads"][0]["requests"] == sum(r["stored"] for r in rows)
-    finally:
-        deployment.down()
+    rows = asyncio.run(counts())
+    assert len(rows) == 2
+    for row in rows:
+        assert row["records_expected"] > 0
+        assert row["stored"] == row["records_expected"] == row["distinct_ids"]
+    assert report["workloads"][0]["requests"] == sum(r["stored"] for r in rows)

@@ -13,27 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from kvbench_contracts.engine import NORMALIZED_COUNTERS, NORMALIZED_GAUGES
+
 __all__ = ["COUNTERS", "GAUGES", "engine_kind", "normalize"]
 
-COUNTERS = (
-    "prompt_tokens",
-    "prompt_tokens_gpu",
-    "prompt_tokens_host",
-    "prompt_tokens_disk",
-    "prompt_tokens_remote",
-    "prompt_tokens_transferred",
-    "prompt_tokens_recomputed",
-    "kv_bytes_loaded_host",
-    "kv_bytes_stored_host",
-    "kv_bytes_loaded_disk",
-    "kv_bytes_stored_disk",
-    "kv_bytes_loaded_remote",
-    "kv_bytes_stored_remote",
-    "kv_bytes_transferred",
-    "kv_transfers",
-    "preemptions",
-)
-GAUGES = ("kv_usage",)
+COUNTERS = NORMALIZED_COUNTERS
+GAUGES = NORMALIZED_GAUGES
 
 _LABELS = re.compile(r'(\w+)="([^"]*)"')
 

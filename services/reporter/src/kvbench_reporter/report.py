@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
@@ -28,32 +29,8 @@ __all__ = ["COUNTERS", "build_report", "counter_deltas", "records_complete"]
 SHORT_WINDOW_S = 300.0
 ERROR_BUDGET = 0.05
 UNSTABLE_CV = 0.30
-COUNTERS = (
-    "prompt_tokens",
-    "prompt_tokens_gpu",
-    "prompt_tokens_host",
-    "prompt_tokens_disk",
-    "prompt_tokens_remote",
-    "prompt_tokens_transferred",
-    "prompt_tokens_recomputed",
-    "kv_bytes_loaded_host",
-    "kv_bytes_stored_host",
-    "kv_bytes_loaded_disk",
-    "kv_bytes_stored_disk",
-    "kv_bytes_loaded_remote",
-    "kv_bytes_stored_remote",
-    "kv_bytes_transferred",
-    "kv_transfers",
-    "preemptions",
-)
-SOURCES = {
-    "prompt_tokens_gpu": "gpu_hit",
-    "prompt_tokens_host": "host_tier",
-    "prompt_tokens_disk": "disk",
-    "prompt_tokens_remote": "shared_store",
-    "prompt_tokens_transferred": "transferred",
-    "prompt_tokens_recomputed": "recomputed",
-}
+COUNTERS = NORMALIZED_COUNTERS
+SOURCES = PROMPT_TOKEN_SOURCES
 
 
 def _json(value: Any) -> Any:

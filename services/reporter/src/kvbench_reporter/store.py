@@ -15,12 +15,12 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
 from kvbench_contracts.records import RequestRecord
 
-__all__ = ["Conn", "Store", "apply_migrations"]
+__all__ = ["RECORD_COLUMNS", "Conn", "Store", "apply_migrations"]
 
 # a plain connection or one borrowed from the pool: both run the same queries
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
-_RECORD_COLUMNS = (
+RECORD_COLUMNS = (
     "job_id",
     "request_id",
     "run_id",
@@ -141,10 +141,10 @@ class Store:
                 "CREATE TEMP TABLE IF NOT EXISTS staging_records "
                 "(LIKE request_records INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
             )
-            await conn.copy_records_to_table("staging_records", records=rows, columns=_RECORD_COLUMNS)
+            await conn.copy_records_to_table("staging_records", records=rows, columns=RECORD_COLUMNS)
             result = await conn.execute(
-                f"INSERT INTO request_records ({', '.join(_RECORD_COLUMNS)}) "  # noqa: S608 (fixed column list)
-                f"SELECT {', '.join(_RECORD_COLUMNS)} FROM staging_records "
+                f"INSERT INTO request_records ({', '.join(RECORD_COLUMNS)}) "  # noqa: S608 (fixed column list)
+                f"SELECT {', '.join(RECORD_COLUMNS)} FROM staging_records "
                 "ON CONFLICT (job_id, request_id) DO NOTHING"
             )
         return int(result.split()[-1])
@@ -189,7 +189,7 @@ class Store:
 
     async def records(self, job_id: str) -> list[RequestRecord]:
         rows = await self.pool.fetch(
-            f"SELECT {', '.join(c for c in _RECORD_COLUMNS if c != 'run_id')} "  # noqa: S608 (fixed columns)
+            f"SELECT {', '.join(c for c in RECORD_COLUMNS if c != 'run_id')} "  # noqa: S608 (fixed columns)
             "FROM request_records WHERE job_id = $1 ORDER BY start_s",
             job_id,
         )
@@ -197,7 +197,7 @@ class Store:
 
     async def run_records(self, run_id: str, batch: int = 5000) -> AsyncIterator[list[RequestRecord]]:
         """Every record of a run in the export format, in batches (a cursor, so memory stays flat)."""
-        columns = ", ".join(c for c in _RECORD_COLUMNS if c != "run_id")
+        columns = ", ".join(c for c in RECORD_COLUMNS if c != "run_id")
         async with self.pool.acquire() as conn, conn.transaction():
             cursor = conn.cursor(
                 f"SELECT {columns} FROM request_records WHERE run_id = $1 "  # noqa: S608 (fixed columns)

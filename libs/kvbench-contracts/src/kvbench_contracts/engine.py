@@ -1,0 +1,37 @@
+"""kvbench's engine-neutral counters: the node agent maps each engine's /metrics to these names and the
+reporter differences them over measured windows (a contract between the two)."""
+
+from __future__ import annotations
+
+__all__ = ["NORMALIZED_COUNTERS", "NORMALIZED_GAUGES", "PROMPT_TOKEN_SOURCES"]
+
+# cumulative counters
+NORMALIZED_COUNTERS: tuple[str, ...] = (
+    "prompt_tokens",
+    "prompt_tokens_gpu",
+    "prompt_tokens_host",
+    "prompt_tokens_disk",
+    "prompt_tokens_remote",
+    "prompt_tokens_transferred",
+    "prompt_tokens_recomputed",
+    "kv_bytes_loaded_host",
+    "kv_bytes_stored_host",
+    "kv_bytes_loaded_disk",
+    "kv_bytes_stored_disk",
+    "kv_bytes_loaded_remote",
+    "kv_bytes_stored_remote",
+    "kv_bytes_transferred",
+    "kv_transfers",
+    "preemptions",
+)
+NORMALIZED_GAUGES: tuple[str, ...] = ("kv_usage",)  # 0..1
+
+# where a prompt token came from: counter -> the report's name for the source
+PROMPT_TOKEN_SOURCES: dict[str, str] = {
+    "prompt_tokens_gpu": "gpu_hit",
+    "prompt_tokens_host": "host_tier",
+    "prompt_tokens_disk": "disk",
+    "prompt_tokens_remote": "shared_store",
+    "prompt_tokens_transferred": "transferred",
+    "prompt_tokens_recomputed": "recomputed",
+}

@@ -1,0 +1,56 @@
+"""Shared set-up of the end-to-end tests: a short version of the demo plan, and a whole local kvbench on the
+session's NATS and a database of the test's own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvbench_cli.deployment import DeploymentState, LocalDeployment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PlanMaker = Callable[..., str]
+
+
+@pytest.fixture
+def short_plan() -> PlanMaker:
+    """The demo plan, shortened: ``short_plan(name, duration_s=..., users=..., gpu_only=True, synthetic={...},
+    measurement={...})`` returns YAML."""
+
+    def make(
+        name: str,
+        duration_s: float,
+        users: int,
+        gpu_only: bool = False,
+        synthetic: dict[str, Any] | None = None,
+        measurement: dict[str, Any] | None = None,
+    ) -> str:
+        plan = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+        plan["name"] = name
+        defaults = plan["defaults"]
+        defaults["traffic"]["duration_s"] = duration_s
+        defaults["traffic"]["arrivals"]["users"] = [users]
+        defaults["traffic"]["synthetic"].update(synthetic or {})
+        defaults["measurement"].update(measurement or {})
+        if gpu_only:
+            plan["workloads"] = [w for w in plan["workloads"] if w["stack"] == "vllm-prefix-gpu"]
+        return str(yaml.safe_dump(plan))
+
+    return make
+
+
+@pytest.fixture
+def local_kvbench(
+    nats_url: str, fresh_database: str, tmp_path: Path
+) -> Iterator[tuple[LocalDeployment, DeploymentState]]:
+    deployment = LocalDeployment(tmp_path / "state")
+    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
+    try:
+        yield deployment, state
+    finally:
+        deployment.down()
