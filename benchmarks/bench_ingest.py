@@ -24,7 +24,7 @@ from kvbench_contracts.records import RequestRecord
 from kvbench_core.bus import Bus
 from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
 from kvbench_reporter.ingest import Ingestor
-from kvbench_reporter.store import Store
+from kvbench_reporter.store import RECORD_COLUMNS, Store, record_rows
 
 N = int(os.environ.get("KVBENCH_BENCH_RECORDS", "200000"))
 BATCH = 500
@@ -81,52 +81,13 @@ async def main() -> None:
                 await asyncio.sleep(0.05)
             ingest_s = time.perf_counter() - t0
             await store.pool.execute("TRUNCATE request_records")
-            rows = [
-                (
-                    r.job_id,
-                    r.request_id,
-                    "R",
-                    r.workload,
-                    r.session_id,
-                    r.turn,
-                    r.start_s,
-                    r.ttft_s,
-                    r.e2e_s,
-                    r.chunk_times_s,
-                    r.chunk_tokens,
-                    r.prompt_tokens,
-                    r.output_tokens,
-                    r.cached_tokens,
-                    r.ok,
-                    r.error,
-                    r.shard,
-                )
-                for r in records
-            ]
+            rows = record_rows("R", records)
             conn = await asyncpg.connect(pg.dsn)
             t0 = time.perf_counter()
             await conn.copy_records_to_table(
                 "request_records",
                 records=rows,
-                columns=(
-                    "job_id",
-                    "request_id",
-                    "run_id",
-                    "workload",
-                    "session_id",
-                    "turn",
-                    "start_s",
-                    "ttft_s",
-                    "e2e_s",
-                    "chunk_times_s",
-                    "chunk_tokens",
-                    "prompt_tokens",
-                    "output_tokens",
-                    "cached_tokens",
-                    "ok",
-                    "error",
-                    "shard",
-                ),
+                columns=RECORD_COLUMNS,
             )
             copy_s = time.perf_counter() - t0
             await conn.close()

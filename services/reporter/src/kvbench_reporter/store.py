@@ -15,7 +15,7 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
 from kvbench_contracts.records import RequestRecord
 
-__all__ = ["RECORD_COLUMNS", "Conn", "Store", "apply_migrations"]
+__all__ = ["RECORD_COLUMNS", "Conn", "Store", "apply_migrations", "record_rows"]
 
 # a plain connection or one borrowed from the pool: both run the same queries
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -39,6 +39,32 @@ RECORD_COLUMNS = (
     "error",
     "shard",
 )
+
+
+def record_rows(run_id: str, records: Sequence[RequestRecord]) -> list[tuple[object, ...]]:
+    """Records as rows in RECORD_COLUMNS order, for COPY."""
+    return [
+        (
+            r.job_id,
+            r.request_id,
+            run_id,
+            r.workload,
+            r.session_id,
+            r.turn,
+            r.start_s,
+            r.ttft_s,
+            r.e2e_s,
+            list(r.chunk_times_s),
+            list(r.chunk_tokens),
+            r.prompt_tokens,
+            r.output_tokens,
+            r.cached_tokens,
+            r.ok,
+            r.error,
+            r.shard,
+        )
+        for r in records
+    ]
 
 
 def _migrations() -> list[tuple[int, str]]:
@@ -114,28 +140,7 @@ class Store:
         """COPY into a session-private staging table, then merge; duplicates are skipped."""
         if not records:
             return 0
-        rows = [
-            (
-                r.job_id,
-                r.request_id,
-                run_id,
-                r.workload,
-                r.session_id,
-                r.turn,
-                r.start_s,
-                r.ttft_s,
-                r.e2e_s,
-                list(r.chunk_times_s),
-                list(r.chunk_tokens),
-                r.prompt_tokens,
-                r.output_tokens,
-                r.cached_tokens,
-                r.ok,
-                r.error,
-                r.shard,
-            )
-            for r in records
-        ]
+        rows = record_rows(run_id, records)
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "CREATE TEMP TABLE IF NOT EXISTS staging_records "
