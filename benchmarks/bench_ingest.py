@@ -2,7 +2,8 @@
 
 Method: embedded NATS and PostgreSQL on this machine; N records (32-token outputs, so 32 chunk times each) are
 published first in batches of 500 (as the load generator sends them); then the reporter's records consumer
-(durable pull, batch handler, COPY into staging + merge) is started and timed until every row is in PostgreSQL.
+(durable pull, raw batches decoded with orjson into packed rows, COPY) is started and timed until every
+row is in PostgreSQL.
 Baseline in the same run: COPY alone of the same rows from memory (no bus, no decoding).
 """
 
@@ -75,11 +76,21 @@ async def main() -> None:
             publish_s = time.perf_counter() - t0
             store = await Store.open(pg.dsn)
             ingestor = Ingestor(store, lambda _: asyncio.sleep(0))
+            stored = {"rows": 0}
+            done = asyncio.Event()
+
+            async def counted(bodies: list[bytes]) -> list[int]:
+                poison = await ingestor.records_raw(bodies)
+                stored["rows"] += ingestor.last_batch_rows
+                if stored["rows"] >= N:
+                    done.set()
+                return poison
+
             t0 = time.perf_counter()
-            bus.subscribe_batch([RecordsBatch], ingestor.records, durable="bench", stream="KVBENCH_RECORDS", batch=50)
-            while (await store.pool.fetchval("SELECT count(*) FROM request_records")) < N:
-                await asyncio.sleep(0.05)
+            bus.subscribe_raw(counted, durable="bench", stream="KVBENCH_RECORDS", batch=100)
+            await done.wait()
             ingest_s = time.perf_counter() - t0
+            assert await store.pool.fetchval("SELECT count(*) FROM request_records") == N
             await store.pool.execute("TRUNCATE request_records")
             rows = record_rows("R", records)
             conn = await asyncpg.connect(pg.dsn)

@@ -14,6 +14,7 @@ import time
 import asyncpg
 
 from kvbench_contracts.events import JobFinished, JobStarted, RunSubmitted
+from kvbench_core.columns import pack_floats, pack_ints
 from kvbench_core.embedded import EmbeddedPostgres
 from kvbench_reporter.ingest import Ingestor
 from kvbench_reporter.report import build_report
@@ -51,6 +52,7 @@ async def main() -> None:
             ]
         await Ingestor(store, lambda _: asyncio.sleep(0)).control(events)  # type: ignore[arg-type]
         rng = random.Random(3)
+        ones = pack_ints([1] * 16)
         conn = await asyncpg.connect(pg.dsn)
         t0 = time.perf_counter()
         for job in jobs:
@@ -69,8 +71,8 @@ async def main() -> None:
                         300 + i * 0.01,
                         ttft,
                         chunks[-1],
-                        chunks,
-                        [1] * 16,
+                        pack_floats(chunks),
+                        ones,
                         4096,
                         16,
                         2048,

@@ -93,3 +93,43 @@ async def test_redelivered_batches_and_events_never_duplicate_rows(fresh_databas
         assert workload["ttft_ms"]["p50"] == pytest.approx(100.0)
     finally:
         await store.close()
+
+
+async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_database: str, nats_url: str) -> None:
+    import asyncio  # noqa: PLC0415
+    import uuid  # noqa: PLC0415
+
+    from kvbench_contracts.events import RecordsBatch  # noqa: PLC0415
+    from kvbench_core.bus import Bus  # noqa: PLC0415
+    from kvbench_core.metrics import new_registry  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    registry = new_registry()
+    run_id = f"R{uuid.uuid4().hex[:8]}"
+    durable = f"raw{uuid.uuid4().hex[:8]}"
+    try:
+        async with Bus.connect(nats_url, name="t-raw", registry=registry, service="test") as bus:
+            good = RecordsBatch(run_id=run_id, job_id="J9", shard="s", records=_records("J9", 30))
+            await bus.publish(good)
+            await bus.js.publish(f"kvbench.records.{run_id}.J9", b'{"schema": "kvbench.records.batch/1"}')
+            await bus.js.publish(f"kvbench.records.{run_id}.J9", b"not json at all")
+            again = RecordsBatch(run_id=run_id, job_id="J9", shard="s", records=_records("J9", 30)[:10])
+            await bus.publish(again)  # a re-sent batch: its rows are already stored
+            bus.subscribe_raw(ingestor.records_raw, durable=durable, stream="KVBENCH_RECORDS", batch=10)
+            for _ in range(100):
+                poison = registry.get_sample_value("kvbench_test_bus_poison_messages_total", {"durable": durable})
+                if poison == 2.0:
+                    break
+                await asyncio.sleep(0.1)
+            assert poison == 2.0
+        rows = await store.pool.fetch("SELECT * FROM request_records WHERE run_id = $1", run_id)
+        assert len(rows) == 30
+        stored = await store.records("J9")
+        assert stored[0].chunk_times_s == [0.1, 0.3, 0.5]  # packed arrays read back exactly
+    finally:
+        await store.close()

@@ -83,3 +83,85 @@ def test_empty_input_gives_empty_figures_not_errors() -> None:
     assert out["requests_measured"] == 0
     assert out["ttft_ms"]["p50"] is None
     assert out["good_fraction"] is None
+
+
+def _reference(records: list[RequestRecord], warmup: float, end: float, slo: Slo) -> dict[str, float]:
+    """The definitions of DESIGN.md 6 written request by request, the slow and obvious way."""
+    import numpy as np  # noqa: PLC0415
+
+    measured = [
+        r for r in records if r.start_s >= warmup and r.ok and r.e2e_s is not None and r.start_s + r.e2e_s <= end
+    ]
+    errors = sum(1 for r in records if warmup <= r.start_s < end and not r.ok)
+    itl: list[float] = []
+    for r in measured:
+        for i in range(1, len(r.chunk_times_s)):
+            gap = r.chunk_times_s[i] - r.chunk_times_s[i - 1]
+            m = r.chunk_tokens[i] if r.chunk_tokens[i] > 0 else 1
+            itl += [gap / m] * m
+    tpot = [
+        (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+        for r in measured
+        if r.e2e_s is not None and r.ttft_s is not None and r.output_tokens >= 2
+    ]
+
+    def good(r: RequestRecord) -> bool:
+        t = (
+            (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+            if r.output_tokens >= 2 and r.ttft_s is not None and r.e2e_s is not None
+            else None
+        )
+        return (
+            (slo.ttft_ms is None or (r.ttft_s is not None and r.ttft_s * 1e3 <= slo.ttft_ms))
+            and (slo.tpot_ms is None or t is None or t * 1e3 <= slo.tpot_ms)
+            and (slo.e2e_ms is None or (r.e2e_s is not None and r.e2e_s * 1e3 <= slo.e2e_ms))
+        )
+
+    return {
+        "requests_measured": len(measured),
+        "errors": errors,
+        "ttft_p90": float(np.percentile([r.ttft_s for r in measured], 90)) * 1e3,
+        "tpot_p50": float(np.percentile(tpot, 50)) * 1e3,
+        "itl_p99": float(np.percentile(itl, 99)) * 1e3,
+        "itl_count": len(itl),
+        "good": sum(good(r) for r in measured),
+    }
+
+
+def test_vectorised_figures_match_the_reference_on_random_records() -> None:
+    import random  # noqa: PLC0415
+
+    rng = random.Random(11)
+    records = []
+    for i in range(600):
+        ok = rng.random() > 0.08
+        n_chunks = rng.randint(1, 12) if ok else 0
+        times = sorted(rng.uniform(0.01, 3.0) for _ in range(n_chunks))
+        tokens = [rng.randint(0, 3) for _ in range(n_chunks)]
+        records.append(
+            RequestRecord(
+                request_id=str(i),
+                job_id="j",
+                workload="w",
+                start_s=rng.uniform(0, 100),
+                ttft_s=times[0] if times else None,
+                e2e_s=times[-1] if times else None,
+                chunk_times_s=times,
+                chunk_tokens=tokens,
+                prompt_tokens=100,
+                output_tokens=sum(max(t, 1) for t in tokens),
+                cached_tokens=rng.choice([None, 0, 64]),
+                ok=ok,
+                error=None if ok else "timeout",
+            )
+        )
+    slo = Slo(ttft_ms=1500, tpot_ms=400, e2e_ms=2800)
+    out = analyze(records, warmup_s=10, load_duration_s=90, slo=slo)
+    ref = _reference(records, 10, 90, slo)
+    assert out["requests_measured"] == ref["requests_measured"]
+    assert out["errors"] == ref["errors"]
+    assert out["ttft_ms"]["p90"] == pytest.approx(ref["ttft_p90"])
+    assert out["tpot_ms"]["p50"] == pytest.approx(ref["tpot_p50"])
+    assert out["itl_ms"]["p99"] == pytest.approx(ref["itl_p99"])
+    assert out["itl_ms"]["count"] == ref["itl_count"]
+    assert out["goodput_rps"] == pytest.approx(ref["good"] / 80)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from kvbench_contracts.records import RequestRecord
+from kvbench_core.columns import Columns
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures, t_critical_95
 
 
@@ -43,7 +44,7 @@ def test_slices_put_requests_in_their_start_window() -> None:
         )
         for i in range(10)
     ]
-    slices = slice_figures(records, warmup_s=10.0, load_end_s=20.0, slices=2)
+    slices = slice_figures(Columns.from_records(records), warmup_s=10.0, load_end_s=20.0, slices=2)
     assert [s["requests"] for s in slices] == [5, 5]
     assert slices[0]["ttft_p50_ms"] == pytest.approx(300.0)
     assert slices[1]["cache_hit_ratio"] == pytest.approx(0.5)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kvbench_contracts.records import RequestRecord
+from kvbench_core.columns import Columns
 
 __all__ = ["DEFINITIONS", "Slo", "analyze", "figures", "select_measured", "summarize"]
 
@@ -60,72 +61,73 @@ def summarize(values: Sequence[float] | np.ndarray[Any, Any], scale: float = 1.0
     return out
 
 
-def _tpot(r: RequestRecord) -> float | None:
-    if r.ttft_s is None or r.e2e_s is None or r.output_tokens < 2:
-        return None
-    return (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+def select_measured(columns: Columns, warmup_s: float, load_duration_s: float) -> tuple[Columns, int]:
+    """Measured successes (as columns) and the count of errors that started inside the window."""
+    after = columns.start_s >= warmup_s
+    e2e = np.nan_to_num(columns.e2e_s, nan=np.inf)
+    measured = after & columns.ok & (columns.start_s + e2e <= load_duration_s)
+    errors = after & ~columns.ok & (columns.start_s < load_duration_s)
+    return columns.take(measured), int(errors.sum())
 
 
-def _meets(r: RequestRecord, slo: Slo) -> bool:
-    if slo.ttft_ms is not None and (r.ttft_s is None or r.ttft_s * 1e3 > slo.ttft_ms):
-        return False
+def _tpot_ms(c: Columns) -> np.ndarray[Any, Any]:
+    defined = ~np.isnan(c.ttft_s) & ~np.isnan(c.e2e_s) & (c.output_tokens >= 2)
+    return np.asarray((c.e2e_s[defined] - c.ttft_s[defined]) / (c.output_tokens[defined] - 1) * 1e3, dtype=float)
+
+
+def _gaps(c: Columns) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(ICL chunk gaps, ITL per-token gaps): every chunk after a request's first adds its gap g once to ICL
+    and m times g/m to ITL, m being its tokens."""
+    total = c.chunk_times.size
+    if total < 2:
+        return np.zeros(0), np.zeros(0)
+    later = np.ones(total, dtype=bool)
+    lengths = np.diff(c.chunk_offsets)
+    later[c.chunk_offsets[:-1][lengths > 0]] = False  # first chunks start a request: no gap
+    keep = later[1:]
+    icl = (c.chunk_times[1:] - c.chunk_times[:-1])[keep]
+    tokens = c.chunk_tokens[1:][keep]
+    tokens = np.where(tokens > 0, tokens, 1)
+    return icl, np.repeat(icl / tokens, tokens)
+
+
+def _good(c: Columns, slo: Slo) -> int:
+    good = np.ones(len(c), dtype=bool)
+    if slo.ttft_ms is not None:
+        good &= ~np.isnan(c.ttft_s) & (np.nan_to_num(c.ttft_s, nan=np.inf) * 1e3 <= slo.ttft_ms)
     if slo.tpot_ms is not None:
-        tpot = _tpot(r)
-        if tpot is not None and tpot * 1e3 > slo.tpot_ms:
-            return False
-    return not (slo.e2e_ms is not None and (r.e2e_s is None or r.e2e_s * 1e3 > slo.e2e_ms))
+        defined = ~np.isnan(c.ttft_s) & ~np.isnan(c.e2e_s) & (c.output_tokens >= 2)
+        tpot = np.where(defined, (c.e2e_s - c.ttft_s) / np.maximum(c.output_tokens - 1, 1) * 1e3, 0.0)
+        good &= ~defined | (tpot <= slo.tpot_ms)  # requests without a TPOT are not judged on it
+    if slo.e2e_ms is not None:
+        good &= ~np.isnan(c.e2e_s) & (np.nan_to_num(c.e2e_s, nan=np.inf) * 1e3 <= slo.e2e_ms)
+    return int(good.sum())
 
 
-def select_measured(
-    records: Iterable[RequestRecord], warmup_s: float, load_duration_s: float
-) -> tuple[list[RequestRecord], int]:
-    """Measured successes and the count of errors that started inside the window."""
-    measured: list[RequestRecord] = []
-    errors = 0
-    for r in records:
-        if r.start_s < warmup_s:
-            continue
-        if r.ok:
-            if r.e2e_s is not None and r.start_s + r.e2e_s <= load_duration_s:
-                measured.append(r)
-        elif r.start_s < load_duration_s:
-            errors += 1
-    return measured, errors
-
-
-def figures(measured: Sequence[RequestRecord], errors: int, window_s: float, slo: Slo | None = None) -> dict[str, Any]:
+def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = None) -> dict[str, Any]:
     """Client-side figures of measured requests over a window (one job, or several jobs pooled)."""
     slo = slo or Slo()
+    c = measured
     window = max(window_s, 1e-9)
-    ttft = [r.ttft_s for r in measured if r.ttft_s is not None]
-    e2e = [r.e2e_s for r in measured if r.e2e_s is not None]
-    tpot = [t for t in (_tpot(r) for r in measured) if t is not None]
-    itl: list[float] = []
-    icl: list[float] = []
-    for r in measured:
-        times, tokens = r.chunk_times_s, r.chunk_tokens
-        for i in range(1, len(times)):
-            gap = times[i] - times[i - 1]
-            icl.append(gap)
-            m = tokens[i] if i < len(tokens) and tokens[i] > 0 else 1
-            itl.extend([gap / m] * m)
-    good = sum(1 for r in measured if _meets(r, slo))
-    output_tokens = sum(r.output_tokens for r in measured)
+    icl, itl = _gaps(c)
+    good = _good(c, slo)
+    output_tokens = int(c.output_tokens.sum())
+    n = len(c)
     return {
-        "requests_measured": len(measured),
+        "requests_measured": n,
         "errors": errors,
         "window_s": window_s,
-        "ttft_ms": summarize(ttft, 1e3),
-        "tpot_ms": summarize(tpot, 1e3),
+        "ttft_ms": summarize(c.ttft_s[~np.isnan(c.ttft_s)], 1e3),
+        "tpot_ms": summarize(_tpot_ms(c)),
         "itl_ms": summarize(itl, 1e3),
         "icl_ms": summarize(icl, 1e3),
-        "e2e_ms": summarize(e2e, 1e3),
+        "e2e_ms": summarize(c.e2e_s[~np.isnan(c.e2e_s)], 1e3),
         "output_tokens_per_s": output_tokens / window,
-        "request_rate": len(measured) / window,
+        "request_rate": n / window,
         "goodput_rps": good / window,
-        "good_fraction": good / (len(measured) + errors) if measured or errors else None,
-        "prompt_tokens": sum(r.prompt_tokens for r in measured),
-        "cached_tokens": sum(r.cached_tokens or 0 for r in measured),
+        "good_fraction": good / (n + errors) if n or errors else None,
+        "prompt_tokens": int(c.prompt_tokens.sum()),
+        "cached_tokens": int(c.cached_tokens.sum()),
         "output_tokens": output_tokens,
     }
 
@@ -135,5 +137,5 @@ def analyze(
 ) -> dict[str, Any]:
     """``kvbench report analyze``'s figures for one job's records."""
     all_records = list(records)
-    measured, errors = select_measured(all_records, warmup_s, load_duration_s)
+    measured, errors = select_measured(Columns.from_records(all_records), warmup_s, load_duration_s)
     return {"requests_total": len(all_records), **figures(measured, errors, load_duration_s - warmup_s, slo)}

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kvbench_contracts.records import RequestRecord
+from kvbench_core.columns import Columns
 
 __all__ = ["T95", "drift", "repeat_interval", "slice_figures", "t_critical_95"]
 
@@ -70,31 +70,27 @@ def repeat_interval(values: Sequence[float | None]) -> dict[str, Any]:
     return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half]}
 
 
-def slice_figures(
-    measured: Sequence[RequestRecord], warmup_s: float, load_end_s: float, slices: int = 10
-) -> list[dict[str, Any]]:
+def slice_figures(measured: Columns, warmup_s: float, load_end_s: float, slices: int = 10) -> list[dict[str, Any]]:
     """Per time slice of the window (by request start): requests, output tokens/s, median TTFT, hit ratio."""
     window = load_end_s - warmup_s
     if window <= 0 or slices <= 0:
         return []
     width = window / slices
-    buckets: list[list[RequestRecord]] = [[] for _ in range(slices)]
-    for r in measured:
-        index = min(slices - 1, max(0, int((r.start_s - warmup_s) // width)))
-        buckets[index].append(r)
+    index = np.clip(((measured.start_s - warmup_s) // width).astype(np.int64), 0, slices - 1)
     out = []
-    for i, bucket in enumerate(buckets):
-        ttft = [r.ttft_s for r in bucket if r.ttft_s is not None]
-        prompt = sum(r.prompt_tokens for r in bucket)
-        cached = sum(r.cached_tokens or 0 for r in bucket)
+    for i in range(slices):
+        mask = index == i
+        ttft = measured.ttft_s[mask]
+        ttft = ttft[~np.isnan(ttft)]
+        prompt = int(measured.prompt_tokens[mask].sum())
         out.append(
             {
                 "start_s": warmup_s + i * width,
                 "end_s": warmup_s + (i + 1) * width,
-                "requests": len(bucket),
-                "output_tokens_per_s": sum(r.output_tokens for r in bucket) / width,
-                "ttft_p50_ms": float(np.percentile(ttft, 50)) * 1e3 if ttft else None,
-                "cache_hit_ratio": cached / prompt if prompt else None,
+                "requests": int(mask.sum()),
+                "output_tokens_per_s": float(measured.output_tokens[mask].sum()) / width,
+                "ttft_p50_ms": float(np.percentile(ttft, 50)) * 1e3 if ttft.size else None,
+                "cache_hit_ratio": float(measured.cached_tokens[mask].sum()) / prompt if prompt else None,
             }
         )
     return out

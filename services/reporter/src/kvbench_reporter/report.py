@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
-from kvbench_contracts.records import RequestRecord
 from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
+from kvbench_core.columns import Columns
 from kvbench_core.models import find_model
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
 from kvbench_reporter.store import Store
@@ -81,51 +82,43 @@ def _slo(spec: dict[str, Any]) -> Slo:
 
 
 def _achieved(
-    spec: dict[str, Any],
-    records: list[RequestRecord],
-    job: dict[str, Any],
-    measured: list[RequestRecord],
-    window: float,
+    spec: dict[str, Any], everything: Columns, measured: Columns, level: float, warmup: float, load_end: float
 ) -> dict[str, Any]:
+    window = load_end - warmup
     arrivals = (spec.get("traffic") or {}).get("arrivals") or {}
-    offered = float(job["load_level"])
     if arrivals.get("mode") == "request_rate":
-        started = sum(1 for r in records if job["warmup"] <= r.start_s < job["load_end"])
+        started = int(((everything.start_s >= warmup) & (everything.start_s < load_end)).sum())
         achieved = started / window if window > 0 else 0.0
         return {
             "mode": "request_rate",
-            "offered_rps": offered,
+            "offered_rps": level,
             "achieved_rps": achieved,
-            "ratio": achieved / offered if offered else None,
+            "ratio": achieved / level if level else None,
         }
-    busy = sum(r.e2e_s or 0.0 for r in measured)
+    busy = float(np.nansum(measured.e2e_s))
     return {
         "mode": "closed_loop",
-        "offered_users": offered,
+        "offered_users": level,
         "achieved_concurrency": busy / window if window > 0 else 0.0,
         "definition": "achieved concurrency = summed E2E of measured requests / window (Little's law)",
     }
 
 
-def _job_figures(spec: dict[str, Any], job: asyncpg.Record, records: list[RequestRecord]) -> dict[str, Any]:
+def _job_figures(spec: dict[str, Any], job: asyncpg.Record, everything: Columns) -> tuple[dict[str, Any], Columns]:
     warmup, load_end = float(job["warmup_s"]), float(job["load_duration_s"])
-    measured, errors = select_measured(records, warmup, load_end)
-    window = load_end - warmup
-    out = figures(measured, errors, window, _slo(spec))
+    measured, errors = select_measured(everything, warmup, load_end)
+    out = figures(measured, errors, load_end - warmup, _slo(spec))
     slices = slice_figures(measured, warmup, load_end, slices=10)
     out["slices"] = slices
     out["stability_cv"] = coefficient_of_variation([s["output_tokens_per_s"] for s in slices if s["requests"]])
     out["drift"] = drift([s["start_s"] for s in slices], [s["ttft_p50_ms"] for s in slices])
-    out["achieved"] = _achieved(
-        spec, records, {"load_level": job["load_level"], "warmup": warmup, "load_end": load_end}, measured, window
+    out["achieved"] = _achieved(spec, everything, measured, float(job["load_level"]), warmup, load_end)
+    computed = measured.prompt_tokens - measured.cached_tokens
+    usable = (computed >= 256) & ~np.isnan(measured.ttft_s) & (np.nan_to_num(measured.ttft_s) > 0)
+    out["prefill_tokens_per_s_best"] = (
+        float((computed[usable] / measured.ttft_s[usable]).max()) if usable.any() else None
     )
-    rates = [
-        (r.prompt_tokens - (r.cached_tokens or 0)) / r.ttft_s
-        for r in measured
-        if r.ttft_s and r.prompt_tokens - (r.cached_tokens or 0) >= 256
-    ]
-    out["prefill_tokens_per_s_best"] = max(rates) if rates else None
-    return out
+    return out, measured
 
 
 def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +164,7 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
 
 def _test_points(
     jobs: list[dict[str, Any]],
-    records_by_level: dict[float, list[RequestRecord]],
+    by_level: dict[float, list[Columns]],
     window_by_level: dict[float, float],
     spec: dict[str, Any],
 ) -> list[dict[str, Any]]:
@@ -179,7 +172,7 @@ def _test_points(
     for level in sorted({j["load_level"] for j in jobs}):
         done = [j for j in jobs if j["load_level"] == level and "ttft_ms" in j]
         pooled = figures(
-            records_by_level.get(level, []),
+            Columns.concat(by_level.get(level, [])),
             sum(j.get("errors", 0) for j in done),
             window_by_level.get(level, 0.0),
             _slo(spec),
@@ -299,8 +292,8 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     stacks = {w["name"]: (w["stack"], w["strategy"]) for w in workload_rows}
     counts = await store.record_counts(run_id)
     per_workload: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    measured_by: dict[str, list[RequestRecord]] = defaultdict(list)
-    by_level: dict[str, dict[float, list[RequestRecord]]] = defaultdict(lambda: defaultdict(list))
+    measured_by: dict[str, list[Columns]] = defaultdict(list)
+    by_level: dict[str, dict[float, list[Columns]]] = defaultdict(lambda: defaultdict(list))
     window_by_level: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     errors_by: dict[str, int] = defaultdict(int)
     window_by: dict[str, float] = defaultdict(float)
@@ -318,12 +311,11 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "tokenizer": job["tokenizer"],
         }
         if job["status"] == "succeeded" and job["load_duration_s"] is not None:
-            records = await store.records(job["job_id"])
-            entry.update(_job_figures(spec, job, records))
+            job_figures, measured = _job_figures(spec, job, await store.job_columns(job["job_id"]))
+            entry.update(job_figures)
             warmup, load_end = float(job["warmup_s"]), float(job["load_duration_s"])
-            measured, _ = select_measured(records, warmup, load_end)
-            measured_by[name].extend(measured)
-            by_level[name][job["load_level"]].extend(measured)
+            measured_by[name].append(measured)
+            by_level[name][job["load_level"]].append(measured)
             window_by_level[name][job["load_level"]] += load_end - warmup
             errors_by[name] += entry["errors"]
             window_by[name] += load_end - warmup
@@ -345,7 +337,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     workloads_out: list[dict[str, Any]] = []
     for name, jobs in per_workload.items():
         spec = specs.get(name, {})
-        pooled = figures(measured_by[name], errors_by[name], window_by[name], _slo(spec))
+        pooled = figures(Columns.concat(measured_by[name]), errors_by[name], window_by[name], _slo(spec))
         engine = dict(engine_totals[name]) if name in engine_totals else None
         stack, strategy = stacks.get(name, ("", ""))
         prompt = pooled["prompt_tokens"]

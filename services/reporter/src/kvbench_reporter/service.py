@@ -13,7 +13,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kvbench_contracts.envelope import Envelope, utc_now
-from kvbench_contracts.events import EngineSampled, RecordsBatch
+from kvbench_contracts.events import EngineSampled
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -58,10 +58,12 @@ class Reporter:
         await self.ingestor.control(events)
         self._lag("control", events)
 
-    async def on_records(self, batches: list[Envelope]) -> None:
-        await self.ingestor.records(batches)
-        self.m_records.inc(sum(len(b.records) for b in batches if isinstance(b, RecordsBatch)))
-        self._lag("records", batches)
+    async def on_records(self, bodies: list[bytes]) -> list[int]:
+        poison = await self.ingestor.records_raw(bodies)
+        self.m_records.inc(self.ingestor.last_batch_rows)
+        if self.ingestor.last_batch_at is not None:
+            self.m_lag.labels("records").set(max(0.0, (utc_now() - self.ingestor.last_batch_at).total_seconds()))
+        return poison
 
     async def on_telemetry(self, samples: list[Envelope]) -> None:
         await self.store.insert_engine_samples([s for s in samples if isinstance(s, EngineSampled)])
@@ -181,13 +183,7 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
             stream="KVBENCH_CONTROL",
             batch=200,
         )
-        bus.subscribe_batch(
-            [RecordsBatch],
-            reporter.on_records,
-            durable="reporter-records",
-            stream="KVBENCH_RECORDS",
-            batch=50,
-        )
+        bus.subscribe_raw(reporter.on_records, durable="reporter-records", stream="KVBENCH_RECORDS", batch=100)
         bus.subscribe_batch(
             [EngineSampled],
             reporter.on_telemetry,

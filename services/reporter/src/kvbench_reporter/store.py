@@ -14,6 +14,7 @@ from asyncpg.pool import PoolConnectionProxy
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
 from kvbench_contracts.records import RequestRecord
+from kvbench_core.columns import Columns, pack_floats, pack_ints, unpack_floats, unpack_ints
 
 __all__ = ["RECORD_COLUMNS", "Conn", "Store", "apply_migrations", "record_rows"]
 
@@ -42,7 +43,7 @@ RECORD_COLUMNS = (
 
 
 def record_rows(run_id: str, records: Sequence[RequestRecord]) -> list[tuple[object, ...]]:
-    """Records as rows in RECORD_COLUMNS order, for COPY."""
+    """Records as rows in RECORD_COLUMNS order, for COPY (chunk arrays packed as bytea)."""
     return [
         (
             r.job_id,
@@ -54,8 +55,8 @@ def record_rows(run_id: str, records: Sequence[RequestRecord]) -> list[tuple[obj
             r.start_s,
             r.ttft_s,
             r.e2e_s,
-            list(r.chunk_times_s),
-            list(r.chunk_tokens),
+            pack_floats(r.chunk_times_s),
+            pack_ints(r.chunk_tokens),
             r.prompt_tokens,
             r.output_tokens,
             r.cached_tokens,
@@ -93,6 +94,13 @@ async def apply_migrations(conn: Conn) -> list[int]:
             await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
             applied.append(version)
     return applied
+
+
+def _record(row: asyncpg.Record) -> RequestRecord:
+    data = dict(row)
+    data["chunk_times_s"] = unpack_floats(data["chunk_times_s"])
+    data["chunk_tokens"] = unpack_ints(data["chunk_tokens"])
+    return RequestRecord.model_validate(data)
 
 
 def _ids(event: Envelope) -> tuple[str | None, str | None, str | None]:
@@ -137,10 +145,21 @@ class Store:
         )
 
     async def insert_records(self, run_id: str, records: Sequence[RequestRecord]) -> int:
-        """COPY into a session-private staging table, then merge; duplicates are skipped."""
-        if not records:
+        return await self.insert_rows(record_rows(run_id, records))
+
+    async def insert_rows(self, rows: Sequence[tuple[object, ...]]) -> int:
+        """COPY into a session-private staging table, then merge; duplicates (redeliveries) are skipped."""
+        if not rows:
             return 0
-        rows = record_rows(run_id, records)
+        async with self.pool.acquire() as conn:
+            # fast path: a batch seen for the first time goes straight in; a redelivered batch collides on the
+            # primary key, the transaction rolls back, and the merge below skips what is already stored
+            try:
+                async with conn.transaction():
+                    await conn.copy_records_to_table("request_records", records=rows, columns=RECORD_COLUMNS)
+                return len(rows)
+            except asyncpg.UniqueViolationError:
+                pass
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "CREATE TEMP TABLE IF NOT EXISTS staging_records "
@@ -198,7 +217,16 @@ class Store:
             "FROM request_records WHERE job_id = $1 ORDER BY start_s",
             job_id,
         )
-        return [RequestRecord.model_validate(dict(r)) for r in rows]
+        return [_record(row) for row in rows]
+
+    async def job_columns(self, job_id: str) -> Columns:
+        """A job's records as columns: no Python object per request (the report's path for large runs)."""
+        rows = await self.pool.fetch(
+            "SELECT start_s, ttft_s, e2e_s, ok, prompt_tokens, output_tokens, cached_tokens, chunk_times_s, "
+            "chunk_tokens FROM request_records WHERE job_id = $1",
+            job_id,
+        )
+        return Columns.from_rows(rows)
 
     async def run_records(self, run_id: str, batch: int = 5000) -> AsyncIterator[list[RequestRecord]]:
         """Every record of a run in the export format, in batches (a cursor, so memory stays flat)."""
@@ -212,7 +240,7 @@ class Store:
             )
             chunk: list[RequestRecord] = []
             async for row in cursor:
-                chunk.append(RequestRecord.model_validate(dict(row)))
+                chunk.append(_record(row))
                 if len(chunk) >= batch:
                     yield chunk
                     chunk = []

@@ -69,8 +69,8 @@ CREATE TABLE request_records (
     start_s         double precision NOT NULL,
     ttft_s          double precision,
     e2e_s           double precision,
-    chunk_times_s   double precision[] NOT NULL,
-    chunk_tokens    integer[] NOT NULL,
+    chunk_times_s   bytea NOT NULL,  -- float64 little-endian, one per content chunk (10x faster COPY than arrays)
+    chunk_tokens    bytea NOT NULL,  -- int32 little-endian, aligned with chunk_times_s
     prompt_tokens   integer NOT NULL,
     output_tokens   integer NOT NULL,
     cached_tokens   integer,

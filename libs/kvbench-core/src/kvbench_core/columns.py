@@ -1,0 +1,151 @@
+"""Request records as columns (numpy arrays), for the report's maths on millions of requests.
+
+Chunk arrays are packed: ``chunk_times`` holds every request's chunk arrival times back to back (float64, seconds
+after the request's send time) and ``chunk_offsets[i]:chunk_offsets[i+1]`` is request i's slice; ``chunk_tokens``
+is aligned with ``chunk_times``. PostgreSQL stores each request's arrays the same way (bytea, little-endian), so
+a job's records load without building a Python object per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvbench_contracts.records import RequestRecord
+
+__all__ = ["Columns", "pack_floats", "pack_ints", "unpack_floats", "unpack_ints"]
+
+F8 = np.dtype("<f8")
+I4 = np.dtype("<i4")
+
+
+def pack_floats(values: Sequence[float]) -> bytes:
+    return np.asarray(values, dtype=F8).tobytes()
+
+
+def pack_ints(values: Sequence[int]) -> bytes:
+    return np.asarray(values, dtype=I4).tobytes()
+
+
+def unpack_floats(data: bytes) -> list[float]:
+    return [float(v) for v in np.frombuffer(data, dtype=F8)]
+
+
+def unpack_ints(data: bytes) -> list[int]:
+    return [int(v) for v in np.frombuffer(data, dtype=I4)]
+
+
+@dataclass
+class Columns:
+    start_s: np.ndarray[Any, Any]
+    ttft_s: np.ndarray[Any, Any]  # NaN where no content arrived
+    e2e_s: np.ndarray[Any, Any]  # NaN where no content arrived
+    ok: np.ndarray[Any, Any]
+    prompt_tokens: np.ndarray[Any, Any]
+    output_tokens: np.ndarray[Any, Any]
+    cached_tokens: np.ndarray[Any, Any]  # 0 where not reported
+    chunk_times: np.ndarray[Any, Any]
+    chunk_tokens: np.ndarray[Any, Any]
+    chunk_offsets: np.ndarray[Any, Any]  # len n + 1
+
+    def __len__(self) -> int:
+        return int(self.start_s.size)
+
+    @classmethod
+    def from_records(cls, records: Sequence[RequestRecord]) -> Columns:
+        lengths = np.array([len(r.chunk_times_s) for r in records], dtype=np.int64)
+        offsets = np.zeros(len(records) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        times = np.fromiter((t for r in records for t in r.chunk_times_s), dtype=F8, count=int(offsets[-1]))
+        tokens = np.fromiter((m for r in records for m in _tokens(r)), dtype=np.int64, count=int(offsets[-1]))
+        return cls(
+            start_s=np.array([r.start_s for r in records], dtype=F8),
+            ttft_s=np.array([np.nan if r.ttft_s is None else r.ttft_s for r in records], dtype=F8),
+            e2e_s=np.array([np.nan if r.e2e_s is None else r.e2e_s for r in records], dtype=F8),
+            ok=np.array([r.ok for r in records], dtype=bool),
+            prompt_tokens=np.array([r.prompt_tokens for r in records], dtype=np.int64),
+            output_tokens=np.array([r.output_tokens for r in records], dtype=np.int64),
+            cached_tokens=np.array([r.cached_tokens or 0 for r in records], dtype=np.int64),
+            chunk_times=times,
+            chunk_tokens=tokens,
+            chunk_offsets=offsets,
+        )
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Any]) -> Columns:
+        """Rows with start_s, ttft_s, e2e_s, ok, prompt_tokens, output_tokens, cached_tokens and the packed
+        chunk_times_s / chunk_tokens bytes (as the reporter's query returns them)."""
+        times_b = [r["chunk_times_s"] for r in rows]
+        tokens_b = [r["chunk_tokens"] for r in rows]
+        lengths = np.array([len(b) // 8 for b in times_b], dtype=np.int64)
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(
+            start_s=np.array([r["start_s"] for r in rows], dtype=F8),
+            ttft_s=np.array([np.nan if r["ttft_s"] is None else r["ttft_s"] for r in rows], dtype=F8),
+            e2e_s=np.array([np.nan if r["e2e_s"] is None else r["e2e_s"] for r in rows], dtype=F8),
+            ok=np.array([r["ok"] for r in rows], dtype=bool),
+            prompt_tokens=np.array([r["prompt_tokens"] for r in rows], dtype=np.int64),
+            output_tokens=np.array([r["output_tokens"] for r in rows], dtype=np.int64),
+            cached_tokens=np.array([r["cached_tokens"] or 0 for r in rows], dtype=np.int64),
+            chunk_times=np.frombuffer(b"".join(times_b), dtype=F8),
+            chunk_tokens=np.frombuffer(b"".join(tokens_b), dtype=I4).astype(np.int64),
+            chunk_offsets=offsets,
+        )
+
+    def take(self, mask: np.ndarray[Any, Any]) -> Columns:
+        """The requests where ``mask`` is true, chunks included."""
+        index = np.flatnonzero(mask)
+        starts, ends = self.chunk_offsets[index], self.chunk_offsets[index + 1]
+        lengths = ends - starts
+        offsets = np.zeros(index.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # positions of every kept chunk, without a Python loop over requests
+        positions = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
+        return Columns(
+            self.start_s[index],
+            self.ttft_s[index],
+            self.e2e_s[index],
+            self.ok[index],
+            self.prompt_tokens[index],
+            self.output_tokens[index],
+            self.cached_tokens[index],
+            self.chunk_times[positions],
+            self.chunk_tokens[positions],
+            offsets,
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[Columns]) -> Columns:
+        if not parts:
+            return Columns.from_records([])
+        offsets = [np.zeros(1, dtype=np.int64)]
+        base = 0
+        for part in parts:
+            offsets.append(part.chunk_offsets[1:] + base)
+            base += int(part.chunk_offsets[-1])
+
+        def cat(name: str) -> np.ndarray[Any, Any]:
+            return np.concatenate([getattr(p, name) for p in parts])
+
+        return Columns(
+            start_s=cat("start_s"),
+            ttft_s=cat("ttft_s"),
+            e2e_s=cat("e2e_s"),
+            ok=cat("ok"),
+            prompt_tokens=cat("prompt_tokens"),
+            output_tokens=cat("output_tokens"),
+            cached_tokens=cat("cached_tokens"),
+            chunk_times=cat("chunk_times"),
+            chunk_tokens=cat("chunk_tokens"),
+            chunk_offsets=np.concatenate(offsets),
+        )
+
+
+def _tokens(r: RequestRecord) -> list[int]:
+    if len(r.chunk_tokens) == len(r.chunk_times_s):
+        return list(r.chunk_tokens)
+    return [1] * len(r.chunk_times_s)
