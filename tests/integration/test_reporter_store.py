@@ -99,7 +99,7 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
     import asyncio  # noqa: PLC0415
     import uuid  # noqa: PLC0415
 
-    from kvbench_contracts.events import RecordsBatch  # noqa: PLC0415
+    from kvbench_contracts.events import RecordsBatch, RecordsPacked  # noqa: PLC0415
     from kvbench_core.bus import Bus  # noqa: PLC0415
     from kvbench_core.metrics import new_registry  # noqa: PLC0415
 
@@ -118,8 +118,8 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
             await bus.publish(good)
             await bus.js.publish(f"kvbench.records.{run_id}.J9", b'{"schema": "kvbench.records.batch/1"}')
             await bus.js.publish(f"kvbench.records.{run_id}.J9", b"not json at all")
-            again = RecordsBatch(run_id=run_id, job_id="J9", shard="s", records=_records("J9", 30)[:10])
-            await bus.publish(again)  # a re-sent batch: its rows are already stored
+            again = RecordsPacked.from_records(run_id, "J9", "s", _records("J9", 30)[:10])
+            await bus.publish(again)  # the load generator's packed form, re-sending rows already stored
             bus.subscribe_raw(ingestor.records_raw, durable=durable, stream="KVBENCH_RECORDS", batch=10)
             for _ in range(100):
                 poison = registry.get_sample_value("kvbench_test_bus_poison_messages_total", {"durable": durable})
@@ -129,7 +129,7 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
             assert poison == 2.0
         rows = await store.pool.fetch("SELECT * FROM request_records WHERE run_id = $1", run_id)
         assert len(rows) == 30
-        stored = await store.records("J9")
+        stored = await store.records(run_id, "J9")
         assert stored[0].chunk_times_s == [0.1, 0.3, 0.5]  # packed arrays read back exactly
     finally:
         await store.close()

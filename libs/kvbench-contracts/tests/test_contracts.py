@@ -123,3 +123,33 @@ def test_request_record_keeps_the_public_field_names() -> None:
         "error",
     ):
         assert name in fields
+
+
+def test_packed_records_round_trip_exactly() -> None:
+    from kvbench_contracts.events import RecordsPacked  # noqa: PLC0415
+
+    records = [
+        RequestRecord(
+            request_id=f"r{i}",
+            job_id="J",
+            workload="w",
+            session_id=None if i else "u0",
+            turn=i,
+            start_s=1.5 * i,
+            ttft_s=0.1 if i else None,
+            e2e_s=0.3 if i else None,
+            chunk_times_s=[0.1, 0.2, 0.3][:i],
+            chunk_tokens=[1, 2, 3][:i],
+            prompt_tokens=10,
+            output_tokens=i,
+            cached_tokens=None if i == 2 else 4,
+            ok=i > 0,
+            error=None if i else "timeout",
+            shard="lg",
+        )
+        for i in range(4)
+    ]
+    packed = RecordsPacked.from_records("R", "J", "lg", records)
+    assert packed.subject() == "kvbench.records.R.J"
+    again = RecordsPacked.model_validate_json(packed.to_bytes())
+    assert again.to_records() == records

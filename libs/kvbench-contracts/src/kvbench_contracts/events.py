@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import sys
+from array import array
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +22,7 @@ __all__ = [
     "NodeInventory",
     "NodeRegistered",
     "RecordsBatch",
+    "RecordsPacked",
     "RunCancelled",
     "RunFinished",
     "RunStarted",
@@ -175,6 +179,104 @@ class RecordsBatch(Envelope):
     job_id: str
     shard: str
     records: list[RequestRecord]
+
+
+def _pack(kind: str, values: list[float] | list[int]) -> str:
+    data = array(kind, values)
+    if sys.byteorder != "little":
+        data.byteswap()
+    return base64.b64encode(data.tobytes()).decode()
+
+
+def _unpack(kind: str, text: str) -> list[Any]:
+    data = array(kind)
+    data.frombytes(base64.b64decode(text))
+    if sys.byteorder != "little":
+        data.byteswap()
+    return data.tolist()
+
+
+class RecordsPacked(Envelope):
+    """Per-request records as columns, on the same subject as RecordsBatch: scalars as lists, chunk arrays packed
+    (base64 of little-endian float64 times and int32 tokens, with int64 offsets per request). A consumer stores
+    500 records without parsing 500 JSON objects; the load generator sends this form."""
+
+    SCHEMA: ClassVar[str] = "kvbench.records.packed/1"
+    SUBJECT: ClassVar[str] = "kvbench.records.{run_id}.{job_id}"
+    run_id: str
+    job_id: str
+    shard: str
+    request_id: list[str]
+    workload: list[str]
+    session_id: list[str | None]
+    turn: list[int | None]
+    start_s: list[float]
+    ttft_s: list[float | None]
+    e2e_s: list[float | None]
+    prompt_tokens: list[int]
+    output_tokens: list[int]
+    cached_tokens: list[int | None]
+    ok: list[bool]
+    error: list[str | None]
+    chunk_offsets: str = Field(description="base64, int64 little-endian, len(request_id) + 1 values")
+    chunk_times: str = Field(description="base64, float64 little-endian, seconds after each request's start")
+    chunk_tokens: str = Field(description="base64, int32 little-endian, aligned with chunk_times")
+
+    @classmethod
+    def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsPacked:
+        offsets = [0]
+        times: list[float] = []
+        tokens: list[int] = []
+        for r in records:
+            times.extend(r.chunk_times_s)
+            tokens.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times_s) else [1] * len(r.chunk_times_s))
+            offsets.append(len(times))
+        return cls(
+            run_id=run_id,
+            job_id=job_id,
+            shard=shard,
+            request_id=[r.request_id for r in records],
+            workload=[r.workload for r in records],
+            session_id=[r.session_id for r in records],
+            turn=[r.turn for r in records],
+            start_s=[r.start_s for r in records],
+            ttft_s=[r.ttft_s for r in records],
+            e2e_s=[r.e2e_s for r in records],
+            prompt_tokens=[r.prompt_tokens for r in records],
+            output_tokens=[r.output_tokens for r in records],
+            cached_tokens=[r.cached_tokens for r in records],
+            ok=[r.ok for r in records],
+            error=[r.error for r in records],
+            chunk_offsets=_pack("q", offsets),
+            chunk_times=_pack("d", times),
+            chunk_tokens=_pack("i", tokens),
+        )
+
+    def to_records(self) -> list[RequestRecord]:
+        offsets = _unpack("q", self.chunk_offsets)
+        times = _unpack("d", self.chunk_times)
+        tokens = _unpack("i", self.chunk_tokens)
+        return [
+            RequestRecord(
+                request_id=self.request_id[i],
+                job_id=self.job_id,
+                workload=self.workload[i],
+                session_id=self.session_id[i],
+                turn=self.turn[i],
+                start_s=self.start_s[i],
+                ttft_s=self.ttft_s[i],
+                e2e_s=self.e2e_s[i],
+                chunk_times_s=times[offsets[i] : offsets[i + 1]],
+                chunk_tokens=tokens[offsets[i] : offsets[i + 1]],
+                prompt_tokens=self.prompt_tokens[i],
+                output_tokens=self.output_tokens[i],
+                cached_tokens=self.cached_tokens[i],
+                ok=self.ok[i],
+                error=self.error[i],
+                shard=self.shard,
+            )
+            for i in range(len(self.request_id))
+        ]
 
 
 class EngineSampled(Envelope):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 import orjson
 
@@ -17,6 +19,7 @@ from kvbench_contracts.events import (
     JobStarted,
     NodeRegistered,
     RecordsBatch,
+    RecordsPacked,
     RunFinished,
     RunStarted,
     RunSubmitted,
@@ -50,10 +53,14 @@ def _opt(value: object, kind: type) -> object:
 
 
 def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
-    """A RecordsBatch body as COPY rows (RECORD_COLUMNS order); raises on anything that is not one."""
+    """A record batch body (packed or one JSON object per record) as COPY rows in RECORD_COLUMNS order;
+    raises on anything that is not one."""
     raw = orjson.loads(body)
-    if raw.get("schema") != RecordsBatch.SCHEMA:
-        raise ValueError(f"not a records batch: {raw.get('schema')!r}")
+    schema = raw.get("schema")
+    if schema == RecordsPacked.SCHEMA:
+        return _decode_packed(raw)
+    if schema != RecordsBatch.SCHEMA:
+        raise ValueError(f"not a records batch: {schema!r}")
     run_id = str(raw["run_id"])
     rows: list[tuple[object, ...]] = []
     for r in raw["records"]:
@@ -80,6 +87,60 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
                 _opt(r.get("shard"), str),
             )
         )
+    return run_id, rows, datetime.fromisoformat(str(raw["occurred_at"]))
+
+
+def _decode_packed(raw: dict[str, Any]) -> tuple[str, list[tuple[object, ...]], datetime]:
+    run_id, job_id, shard = str(raw["run_id"]), str(raw["job_id"]), str(raw["shard"])
+    count = len(raw["request_id"])
+    offsets = struct.unpack(f"<{count + 1}q", base64.b64decode(raw["chunk_offsets"]))
+    times = base64.b64decode(raw["chunk_times"])
+    tokens = base64.b64decode(raw["chunk_tokens"])
+    if len(times) != 8 * offsets[-1] or len(tokens) != 4 * offsets[-1]:
+        raise ValueError("packed chunk arrays do not match their offsets")
+    columns = [
+        raw[name]
+        for name in (
+            "request_id",
+            "workload",
+            "session_id",
+            "turn",
+            "start_s",
+            "ttft_s",
+            "e2e_s",
+            "prompt_tokens",
+            "output_tokens",
+            "cached_tokens",
+            "ok",
+            "error",
+        )
+    ]
+    if any(len(column) != count for column in columns):
+        raise ValueError("packed columns differ in length")
+    rows: list[tuple[object, ...]] = [
+        (
+            job_id,
+            rid,
+            run_id,
+            workload,
+            session,
+            turn,
+            float(start),
+            ttft,
+            e2e,
+            times[8 * a : 8 * b],
+            tokens[4 * a : 4 * b],
+            int(prompt),
+            int(output),
+            cached,
+            bool(ok),
+            error,
+            shard,
+        )
+        for rid, workload, session, turn, start, ttft, e2e, prompt, output, cached, ok, error, a, b in zip(
+            *columns, offsets[:-1], offsets[1:], strict=True
+        )
+    ]
     return run_id, rows, datetime.fromisoformat(str(raw["occurred_at"]))
 
 

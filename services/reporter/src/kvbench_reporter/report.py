@@ -311,7 +311,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "tokenizer": job["tokenizer"],
         }
         if job["status"] == "succeeded" and job["load_duration_s"] is not None:
-            job_figures, measured = _job_figures(spec, job, await store.job_columns(job["job_id"]))
+            job_figures, measured = _job_figures(spec, job, await store.job_columns(run_id, job["job_id"]))
             entry.update(job_figures)
             warmup, load_end = float(job["warmup_s"]), float(job["load_duration_s"])
             measured_by[name].append(measured)

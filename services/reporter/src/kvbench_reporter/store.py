@@ -169,7 +169,7 @@ class Store:
             result = await conn.execute(
                 f"INSERT INTO request_records ({', '.join(RECORD_COLUMNS)}) "  # noqa: S608 (fixed column list)
                 f"SELECT {', '.join(RECORD_COLUMNS)} FROM staging_records "
-                "ON CONFLICT (job_id, request_id) DO NOTHING"
+                "ON CONFLICT (run_id, job_id, request_id) DO NOTHING"
             )
         return int(result.split()[-1])
 
@@ -211,19 +211,21 @@ class Store:
         )
         return {r["job_id"]: int(r["n"]) for r in rows}
 
-    async def records(self, job_id: str) -> list[RequestRecord]:
+    async def records(self, run_id: str, job_id: str) -> list[RequestRecord]:
         rows = await self.pool.fetch(
             f"SELECT {', '.join(c for c in RECORD_COLUMNS if c != 'run_id')} "  # noqa: S608 (fixed columns)
-            "FROM request_records WHERE job_id = $1 ORDER BY start_s",
+            "FROM request_records WHERE run_id = $1 AND job_id = $2 ORDER BY start_s",
+            run_id,
             job_id,
         )
         return [_record(row) for row in rows]
 
-    async def job_columns(self, job_id: str) -> Columns:
+    async def job_columns(self, run_id: str, job_id: str) -> Columns:
         """A job's records as columns: no Python object per request (the report's path for large runs)."""
         rows = await self.pool.fetch(
             "SELECT start_s, ttft_s, e2e_s, ok, prompt_tokens, output_tokens, cached_tokens, chunk_times_s, "
-            "chunk_tokens FROM request_records WHERE job_id = $1",
+            "chunk_tokens FROM request_records WHERE run_id = $1 AND job_id = $2",
+            run_id,
             job_id,
         )
         return Columns.from_rows(rows)

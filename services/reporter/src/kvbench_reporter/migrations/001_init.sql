@@ -77,9 +77,9 @@ CREATE TABLE request_records (
     ok              boolean NOT NULL,
     error           text,
     shard           text,
-    PRIMARY KEY (job_id, request_id)
+    -- one index serves run, job and request look-ups; job ids are unique, so (job_id, request_id) is the key
+    PRIMARY KEY (run_id, job_id, request_id)
 );
-CREATE INDEX request_records_run ON request_records (run_id, workload);
 
 CREATE TABLE engine_samples (
     event_id    text PRIMARY KEY,
