@@ -267,11 +267,3 @@ class Ingestor:
         self.last_batch_at = newest
         self.last_batch_rows = len(rows)
         return poison
-
-    async def records(self, batches: Sequence[Envelope]) -> None:
-        by_run: dict[str, list[RecordsBatch]] = {}
-        for batch in batches:
-            if isinstance(batch, RecordsBatch):
-                by_run.setdefault(batch.run_id, []).append(batch)
-        for run_id, items in by_run.items():
-            await self.store.insert_records(run_id, [r for b in items for r in b.records])
