@@ -150,6 +150,7 @@ class Ingestor:
         self._on_run_finished = on_run_finished
         self.last_batch_at: datetime | None = None
         self.last_batch_rows = 0
+        self.rows_stored = 0
 
     async def control(self, events: Sequence[Envelope]) -> None:
         finished: list[str] = []
@@ -249,12 +250,10 @@ class Ingestor:
                 e.occurred_at,
             )
 
-    async def records_raw(self, bodies: list[bytes]) -> list[int]:
-        """The hot path: record batches decoded with orjson straight into COPY rows (no object per record).
-        Returns the indices of bodies that are not record batches (poison)."""
+    def prepare_records(self, bodies: list[bytes]) -> tuple[list[tuple[object, ...]], list[int]]:
+        """Stage one of the hot path (CPU): bodies to COPY rows, and the indices of poison bodies."""
         rows: list[tuple[object, ...]] = []
         poison: list[int] = []
-        newest: datetime | None = None
         for index, body in enumerate(bodies):
             try:
                 _, batch_rows, occurred_at = decode_batch(body)
@@ -262,8 +261,18 @@ class Ingestor:
                 poison.append(index)
                 continue
             rows.extend(batch_rows)
-            newest = max(newest, occurred_at) if newest else occurred_at
-        await self.store.insert_rows(rows)  # one transaction for the whole fetched batch
-        self.last_batch_at = newest
+            self.last_batch_at = max(self.last_batch_at, occurred_at) if self.last_batch_at else occurred_at
+        return rows, poison
+
+    async def commit_records(self, rows: list[tuple[object, ...]]) -> None:
+        """Stage two (I/O): one COPY for the whole fetched batch."""
+        await self.store.insert_rows(rows)
         self.last_batch_rows = len(rows)
+        self.rows_stored += len(rows)
+
+    async def records_raw(self, bodies: list[bytes]) -> list[int]:
+        """The hot path: record batches decoded with orjson straight into COPY rows (no object per record).
+        Returns the indices of bodies that are not record batches (poison)."""
+        rows, poison = self.prepare_records(bodies)
+        await self.commit_records(rows)
         return poison
