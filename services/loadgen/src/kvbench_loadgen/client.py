@@ -40,13 +40,18 @@ def _content(event: dict[str, Any]) -> str:
 
 
 async def stream_completion(
-    session: aiohttp.ClientSession, base_url: str, payload: dict[str, Any], chat: bool, timeout_s: float
+    session: aiohttp.ClientSession,
+    base_url: str,
+    payload: dict[str, Any],
+    chat: bool,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
 ) -> StreamResult:
     url = f"{base_url}/v1/chat/completions" if chat else f"{base_url}/v1/completions"
     body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
     result = StreamResult(t0=time.monotonic())
     try:
-        async with asyncio.timeout(timeout_s), session.post(url, json=body) as response:
+        async with asyncio.timeout(timeout_s), session.post(url, json=body, headers=headers) as response:
             if response.status != 200:
                 result.error = f"http_{response.status}"
                 await response.read()

@@ -180,10 +180,15 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
             CONTROL_MODELS,
             reporter.on_control,
             durable="reporter-control",
+            ack_wait_s=10.0,
             stream="KVBENCH_CONTROL",
             batch=200,
         )
-        bus.subscribe_raw(reporter.on_records, durable="reporter-records", stream="KVBENCH_RECORDS", batch=100)
+        # short ack waits: a batch commits in about a second, and a batch held by a crashed reporter comes back
+        # to the next one after ack_wait, well inside the report's completeness wait
+        bus.subscribe_raw(
+            reporter.on_records, durable="reporter-records", stream="KVBENCH_RECORDS", batch=100, ack_wait_s=10.0
+        )
         bus.subscribe_batch(
             [EngineSampled],
             reporter.on_telemetry,
