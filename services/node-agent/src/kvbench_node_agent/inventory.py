@@ -25,23 +25,28 @@ def _ram_gb() -> float:
     return 0.0
 
 
-def _nvidia_gpus() -> tuple[str | None, int, float]:
+def _nvidia_smi(fields: str) -> list[list[str]]:
+    """Rows of ``nvidia-smi --query-gpu=FIELDS`` (stripped cells); empty when it is absent or fails."""
     if not shutil.which("nvidia-smi"):
-        return None, 0, 0.0
+        return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=10,
             check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
-        return None, 0, 0.0
-    rows = [r.split(",") for r in out.strip().splitlines() if r.strip()]
+        return []
+    return [[cell.strip() for cell in row.split(",")] for row in out.strip().splitlines() if row.strip()]
+
+
+def _nvidia_gpus() -> tuple[str | None, int, float]:
+    rows = _nvidia_smi("name,memory.total")
     if not rows:
         return None, 0, 0.0
-    return rows[0][0].strip(), len(rows), float(rows[0][1]) / 1024
+    return rows[0][0], len(rows), float(rows[0][1]) / 1024
 
 
 def rdma_ports(root: str = "/sys/class/infiniband") -> list[dict[str, str]]:
@@ -150,21 +155,8 @@ def nics(root: str = "/sys/class/net") -> list[dict[str, Any]]:
 
 def gpu_samples() -> list[dict[str, float]]:
     """Power (W) and utilization (%) per GPU from nvidia-smi, when it is present."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,power.draw,utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
     samples = []
-    for row in out.strip().splitlines():
-        parts = [p.strip() for p in row.split(",")]
+    for parts in _nvidia_smi("index,power.draw,utilization.gpu,memory.used"):
         try:
             samples.append(
                 {

@@ -556,6 +556,30 @@ def r_vllm_pd_mooncake(ctx: RenderContext) -> Machines:  # stacks.md 1.8
     return _head_last(_place(slots, build), _vllm_router(ctx, slots, "mooncake"))
 
 
+def _lmcache_proxy(
+    ctx: RenderContext, script: str, prefill: EngineSlot, decode: EngineSlot, extra: list[str], ports: dict[str, int]
+) -> ProcessSpec:
+    """LMCache's P/D proxy (an example script of the LMCache repository) on the head machine."""
+    examples = str(ctx.engine.args.get("lmcache_examples") or "/opt/lmcache/examples")
+    argv = [
+        "python3",
+        f"{examples}/{script}",
+        "--port",
+        str(PORTS["router"]),
+        "--prefiller-host",
+        _host(ctx, prefill.machine),
+        "--prefiller-port",
+        str(prefill.port),
+        "--decoder-host",
+        _host(ctx, decode.machine),
+        "--decoder-port",
+        str(decode.port),
+        *extra,
+    ]
+    proxy = _router(ctx, argv, "python3", "lmcache/vllm-openai:latest", health_path="")
+    return proxy.model_copy(update={"ports": {**proxy.ports, **ports}})
+
+
 def r_vllm_pd_nixl_lmcache(ctx: RenderContext) -> Machines:  # stacks.md 1.10 (start: proxy, decoder, prefiller)
     slots = _slots(ctx, True, one_per_machine=True)
     decode = next(s for s in slots if s.role == "decode")
@@ -621,23 +645,13 @@ def r_vllm_pd_nixl_lmcache(ctx: RenderContext) -> Machines:  # stacks.md 1.10 (s
             )
         return spec
 
-    examples = str(ctx.engine.args.get("lmcache_examples") or "/opt/lmcache/examples")
     prefill = next(s for s in slots if s.role == "prefill")
-    proxy = _router(
+    proxy = _lmcache_proxy(
         ctx,
+        "disagg_prefill/disagg_proxy_server.py",
+        prefill,
+        decode,
         [
-            "python3",
-            f"{examples}/disagg_prefill/disagg_proxy_server.py",
-            "--port",
-            str(PORTS["router"]),
-            "--prefiller-host",
-            _host(ctx, prefill.machine),
-            "--prefiller-port",
-            str(prefill.port),
-            "--decoder-host",
-            _host(ctx, decode.machine),
-            "--decoder-port",
-            str(decode.port),
             "--decoder-init-port",
             str(PORTS["lmcache_pd_init_base"] + decode.index),
             "--decoder-alloc-port",
@@ -647,11 +661,8 @@ def r_vllm_pd_nixl_lmcache(ctx: RenderContext) -> Machines:  # stacks.md 1.10 (s
             "--proxy-port",
             str(PORTS["lmcache_pd_proxy"]),
         ],
-        "python3",
-        "lmcache/vllm-openai:latest",
-        health_path="",
+        {"pd_proxy": PORTS["lmcache_pd_proxy"]},
     )
-    proxy = proxy.model_copy(update={"ports": {**proxy.ports, "pd_proxy": PORTS["lmcache_pd_proxy"]}})
     out = _place(sorted(slots, key=lambda s: s.role != "decode"), build)  # decoder before prefiller
     return _head_first(out, proxy)
 
@@ -681,30 +692,14 @@ def r_vllm_pd_lmcache_store(ctx: RenderContext) -> Machines:  # stacks.md 1.11 (
 
     prefill = next(s for s in slots if s.role == "prefill")
     decode = next(s for s in slots if s.role == "decode")
-    examples = str(ctx.engine.args.get("lmcache_examples") or "/opt/lmcache/examples")
-    proxy = _router(
+    proxy = _lmcache_proxy(
         ctx,
-        [
-            "python3",
-            f"{examples}/disagg_prefill_mp/disagg_proxy_server.py",
-            "--port",
-            str(PORTS["router"]),
-            "--prefiller-host",
-            _host(ctx, prefill.machine),
-            "--prefiller-port",
-            str(prefill.port),
-            "--decoder-host",
-            _host(ctx, decode.machine),
-            "--decoder-port",
-            str(decode.port),
-            "--telemetry-port",
-            str(PORTS["lmcache_telemetry"]),
-        ],
-        "python3",
-        "lmcache/vllm-openai:latest",
-        health_path="",
+        "disagg_prefill_mp/disagg_proxy_server.py",
+        prefill,
+        decode,
+        ["--telemetry-port", str(PORTS["lmcache_telemetry"])],
+        {"telemetry": PORTS["lmcache_telemetry"]},
     )
-    proxy = proxy.model_copy(update={"ports": {**proxy.ports, "telemetry": PORTS["lmcache_telemetry"]}})
     out = _place(slots, build)
     for m in range(len(ctx.machines)):
         out.setdefault(m, []).insert(0, lmcache_server(ctx, l2, l1))
