@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -332,7 +332,7 @@ class Bus:
 
     def _start_loop(
         self,
-        process: Callable[[list[Msg]], Awaitable[None]],
+        process: Callable[[list[Msg]], Coroutine[Any, Any, None]],
         durable: str,
         filter_subject: str | None,
         stream: str | None,
