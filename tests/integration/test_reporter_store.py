@@ -38,7 +38,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2]
+        assert await apply_migrations(conn) == [1, 2, 3]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -91,6 +91,50 @@ async def test_redelivered_batches_and_events_never_duplicate_rows(fresh_databas
         assert workload["requests_measured"] == 20
         assert workload["cached_prompt_tokens"] == 20 * 64
         assert workload["ttft_ms"]["p50"] == pytest.approx(100.0)
+    finally:
+        await store.close()
+
+
+async def test_a_sharded_job_is_done_when_every_shard_reported_and_sums_their_records(fresh_database: str) -> None:
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
+        job = {"job_id": "JS", "workload": "w", "stack": "vllm-prefix-gpu", "load_level": 8, "repeat": 0}
+        await ingestor.control([RunSubmitted(run_id="RS", plan_name="p", plan=plan, jobs=[job])])
+
+        def shard(index: int, records: int, end: float) -> JobFinished:
+            return JobFinished(
+                job_id="JS",
+                run_id="RS",
+                workload="w",
+                shard=f"lg-{index}",
+                records=records,
+                load_duration_s=end,
+                warmup_s=2,
+                offered_load=8,
+                tokenizer="words",
+                shard_index=index,
+                shards=2,
+                skipped_arrivals=index,
+            )
+
+        first = shard(0, 40, 30.0)
+        await ingestor.control([first])
+        await ingestor.control([first])  # redelivered: still one shard of two
+        row = await store.pool.fetchrow("SELECT * FROM jobs WHERE job_id = 'JS'")
+        assert row is not None
+        assert (row["status"], row["shards_finished"], row["records_expected"]) == ("pending", 1, 40)
+        await ingestor.control([shard(1, 25, 31.5)])
+        row = await store.pool.fetchrow("SELECT * FROM jobs WHERE job_id = 'JS'")
+        assert row is not None
+        assert (row["status"], row["shards_finished"], row["records_expected"]) == ("succeeded", 2, 65)
+        assert row["load_duration_s"] == 31.5
+        assert row["skipped_arrivals"] == 1
     finally:
         await store.close()
 

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from kvbench_cli.api import ApiError, Endpoints, fetch_report, resolve_endpoints
 from kvbench_cli.deployment import LocalDeployment, StartupError
+from kvbench_cli.load import add_load_parser
 from kvbench_core.embedded import pid_alive
 
 __all__ = ["main"]
@@ -286,20 +287,25 @@ def cmd_report_analyze(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
     else:
-        table = Table(
-            title=f"{figures['requests_measured']} of {figures['requests_total']} requests measured over "
-            f"{figures['window_s']:g} s"
-        )
-        for column in ("figure", "mean", "p50", "p90", "p95", "p99"):
-            table.add_column(column)
-        for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-            table.add_row(key, *[_ms(figures[key], k) for k in ("mean", "p50", "p90", "p95", "p99")])
-        console.print(table)
-        console.print(
-            f"output {figures['output_tokens_per_s']:.1f} tok/s · {figures['request_rate']:.2f} req/s · "
-            f"goodput {figures['goodput_rps']:.2f} req/s · errors {figures['errors']}"
-        )
+        print_figures(figures)
     return 0
+
+
+def print_figures(figures: dict[str, Any]) -> None:
+    """The client-side figures of one job as a table (``report analyze`` and ``load``)."""
+    table = Table(
+        title=f"{figures['requests_measured']} of {figures['requests_total']} requests measured over "
+        f"{figures['window_s']:g} s"
+    )
+    for column in ("figure", "mean", "p50", "p90", "p95", "p99"):
+        table.add_column(column)
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        table.add_row(key, *[_ms(figures[key], k) for k in ("mean", "p50", "p90", "p95", "p99")])
+    console.print(table)
+    console.print(
+        f"output {figures['output_tokens_per_s']:.1f} tok/s · {figures['request_rate']:.2f} req/s · "
+        f"goodput {figures['goodput_rps']:.2f} req/s · errors {figures['errors']}"
+    )
 
 
 def cmd_records_export(args: argparse.Namespace) -> int:
@@ -468,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_records_export)
     for p in (analyze,):
         _analyze_args(p)
+    add_load_parser(sub)
 
     grafana = sub.add_parser("grafana", help="Grafana dashboards").add_subparsers(dest="grafana_command", required=True)
     export_g = grafana.add_parser("export", help="write the dashboards' JSON for file provisioning")

@@ -56,3 +56,6 @@ class RunLoad(Envelope):
     warmup_s: float
     routing: str = "round_robin"
     seed: int = 0
+    shard_index: int = Field(0, ge=0, description="This command's shard of the job's users or sessions")
+    shards: int = Field(1, ge=1, description="Load generators sharing the job; it ends when all have finished")
+    working_set_ratio: float | None = Field(None, gt=0, description="Distinct contexts x KV / pool GPU KV capacity")

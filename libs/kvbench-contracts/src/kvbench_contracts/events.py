@@ -162,6 +162,11 @@ class JobFinished(Envelope):
     warmup_s: float
     offered_load: float = Field(description="Users (closed loop) or requests/s asked for")
     tokenizer: str = Field(description="How prompt token counts were produced")
+    shard_index: int = Field(0, description="Which shard of the job this was")
+    shards: int = Field(1, description="How many shards the job had")
+    skipped_arrivals: int = Field(0, description="Rate mode: arrivals that found no session to send")
+    replay_lag_p99_s: float | None = Field(None, description="Trace mode: p99 of actual minus scheduled send time")
+    notes: list[str] = Field(default_factory=list, description="What the load generator wants the report to say")
 
 
 class JobFailed(Envelope):
@@ -170,6 +175,7 @@ class JobFailed(Envelope):
     job_id: str
     run_id: str
     reason: str
+    shard_index: int = Field(0, description="Which shard of the job failed")
 
 
 class RecordsBatch(Envelope):

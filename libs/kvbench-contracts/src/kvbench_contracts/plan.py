@@ -111,6 +111,8 @@ class TraceSpec(StrictModel):
     format: Literal["mooncake", "azure", "servegen"] = Field(description="Trace file format")
     path: str = Field(description="Path of the trace file")
     time_scale: float = Field(1.0, gt=0, description="Multiply trace inter-arrival gaps by this factor")
+    jitter: bool = Field(False, description="Spread requests that share a timestamp evenly until the next one")
+    block_tokens: int = Field(512, ge=1, description="Tokens per hash id (Mooncake: 512)")
 
 
 class DocumentsSpec(StrictModel):
@@ -124,14 +126,17 @@ class DocumentsSpec(StrictModel):
 
 
 class Arrivals(StrictModel):
-    mode: Literal["closed_loop", "request_rate"] = Field(
-        "closed_loop", description="Closed loop users or a request rate"
+    mode: Literal["closed_loop", "request_rate", "trace"] = Field(
+        "closed_loop", description="Closed loop users, a request rate, or the trace's own timestamps"
     )
     users: list[int] | None = Field(None, description="closed_loop: concurrent users per load level")
     rates: list[float] | None = Field(None, description="request_rate: requests/s per load level")
     distribution: Literal["poisson", "gamma"] = Field("poisson", description="request_rate: inter-arrival distribution")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape; 1.0 = Poisson, lower = burstier")
     max_concurrency: int | None = Field(None, ge=1, description="Cap on requests in flight")
+    gaps: Literal["recorded", "none"] = Field(
+        "recorded", description="Think times, pre_gap and delay: wait them (recorded) or send at once (none)"
+    )
 
     @model_validator(mode="after")
     def _levels(self) -> Arrivals:
@@ -139,9 +144,13 @@ class Arrivals(StrictModel):
             raise ValueError("'rates' is for mode request_rate; closed_loop uses 'users'")
         if self.mode == "request_rate" and self.users is not None:
             raise ValueError("'users' is for mode closed_loop; request_rate uses 'rates'")
+        if self.mode == "trace" and (self.users is not None or self.rates is not None):
+            raise ValueError("mode trace sends at the trace's timestamps: remove 'users' and 'rates'")
         return self
 
     def load_levels(self) -> list[float]:
+        if self.mode == "trace":
+            return [1.0]  # one test point: the trace as scheduled (time_scale sets its speed)
         if self.mode == "closed_loop":
             return [float(u) for u in (self.users or [16])]
         return list(self.rates or [2.0])
@@ -155,6 +164,15 @@ class Traffic(StrictModel):
     documents: DocumentsSpec | None = Field(None, description="document_reuse: the documents and rounds")
     arrivals: Arrivals = Field(default_factory=Arrivals, description="Arrival process and load levels")
     duration_s: float | None = Field(None, gt=0, description="Bound for each job of non-agentic shapes, s")
+
+    @model_validator(mode="after")
+    def _trace_arrivals(self) -> Traffic:
+        # a trace brings its own arrival times: they drive it unless the plan chose another arrival mode
+        if self.shape == "trace_replay" and "arrivals" not in self.model_fields_set:
+            object.__setattr__(self, "arrivals", Arrivals(mode="trace"))
+        if self.arrivals.mode == "trace" and self.shape != "trace_replay":
+            raise ValueError("arrivals mode 'trace' needs shape trace_replay (other shapes have no timestamps)")
+        return self
 
 
 class Slo(StrictModel):
@@ -196,6 +214,8 @@ class Workload(StrictModel):
     def effective_load_duration_s(self) -> float:
         """Seconds of load per job; 0 means one session per user (the job ends when they are done)."""
         if self.traffic.shape == "agentic_replay":
+            if self.measurement.load_duration_s is None and "load_duration_s" in self.measurement.model_fields_set:
+                return 0.0  # an explicit null: one session per user
             return self.measurement.load_duration_s or AGENTIC_DEFAULT_LOAD_DURATION_S
         return self.traffic.duration_s or 0.0
 

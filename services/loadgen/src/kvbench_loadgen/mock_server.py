@@ -31,6 +31,8 @@ class MockServer:
     timing: MockTiming = field(default_factory=MockTiming)
     received: dict[str, float] = field(default_factory=dict)
     sent: dict[str, list[float]] = field(default_factory=dict)
+    chat_requests: int = 0
+    keep_log: bool = True  # a long-running server must not grow without bound
     _count: int = 0
 
     def app(self) -> web.Application:
@@ -56,15 +58,21 @@ class MockServer:
         body: dict[str, Any] = await request.json()
         self._count += 1
         rid = request.headers.get("X-Request-Id") or f"m{self._count}"
-        self.received[rid] = t_read
+        if self.keep_log:
+            self.received[rid] = t_read
         max_tokens = int(body.get("max_tokens") or 16)
-        prompt = body.get("prompt") or ""
-        prompt_tokens = len(str(prompt).split())
         chat = request.path.endswith("/chat/completions")
+        if chat:
+            self.chat_requests += 1
+            prompt = " ".join(str(m.get("content") or "") for m in body.get("messages") or [])
+        else:
+            prompt = str(body.get("prompt") or "")
+        prompt_tokens = len(prompt.split())
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         times: list[float] = []
-        self.sent[rid] = times
+        if self.keep_log:
+            self.sent[rid] = times
         per = max(1, self.timing.tokens_per_chunk)
         chunks = (max_tokens + per - 1) // per
         for k in range(chunks):
@@ -85,3 +93,24 @@ class MockServer:
         await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         return response
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m kvbench_loadgen.mock_server --port 8199 --ttft-ms 50 --itl-ms 10``: a server to point
+    ``kvbench load`` at (its own send log is only kept in process, for the benchmarks)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="kvbench-mock-openai")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8199)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    args = parser.parse_args(argv)
+    server = MockServer(MockTiming(args.ttft_ms / 1000, args.itl_ms / 1000, args.tokens_per_chunk))
+    server.keep_log = False
+    web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

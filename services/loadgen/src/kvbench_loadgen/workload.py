@@ -1,79 +1,216 @@
-"""Traffic shapes turned into conversations: who sends what, in which order."""
+"""A plan's traffic section turned into a source of sessions (every shape of PLAN.md).
+
+Synthetic shapes give each user an endless series of sessions; replayed shapes (agentic data set,
+traces, documents) are a finite list that the users (or arrivals) share in order. Sharding gives each
+load generator every n-th user or every n-th replayed session.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
+import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kvbench_loadgen.prompts import words
+from kvbench_loadgen.agentic import load_agentic, resolve_dataset
+from kvbench_loadgen.prompts import TOKENIZER_NAME, words
+from kvbench_loadgen.sessions import ReplaySession, Session, Turn
+from kvbench_loadgen.traces import trace_sessions
 
-__all__ = ["SessionUser", "UnsupportedShapeError", "build_users"]
+__all__ = ["Source", "SyntheticSession", "UnsupportedShapeError", "build_source", "contexts_for_ratio"]
 
-SUPPORTED_SHAPES = ("synthetic_sessions", "shared_prompt", "per_user_history")
+SHAPES = (
+    "agentic_replay",
+    "synthetic_sessions",
+    "shared_prompt",
+    "per_user_history",
+    "trace_replay",
+    "document_reuse",
+)
 
 
 class UnsupportedShapeError(ValueError):
     pass
 
 
-@dataclass
-class SessionUser:
-    """One closed-loop user: sessions of ``turns`` turns; history (inputs and outputs) is resent."""
+class SyntheticSession(Session):
+    """A user's conversation: a group prefix, then per turn new input; the history (inputs and the model's
+    replies) is resent on every turn."""
 
-    user_index: int
-    group: int
-    prefix: list[str]
-    turns: int
-    input_tokens: int
-    output_tokens: int
-    think_time_s: float
-    session_number: int = 0
-    turn: int = 0
-    history: list[str] = field(default_factory=list)
+    def __init__(self, session_id: str, prefix: list[str], turns: int, input_tokens: int, output_tokens: int,
+                 think_time_s: float) -> None:  # fmt: skip
+        super().__init__(session_id)
+        self.prefix, self.turns = prefix, turns
+        self.input_tokens, self.output_tokens, self.think_time_s = input_tokens, output_tokens, think_time_s
+        self.history: list[str] = []
+        self._built: tuple[int, Turn] | None = None  # the driver may look at the next turn before sending it
 
-    @property
-    def session_id(self) -> str:
-        return f"u{self.user_index}-s{self.session_number}"
-
-    def next_prompt(self) -> list[str]:
-        new_input = words(f"g{self.group}/{self.session_id}/t{self.turn}", self.input_tokens)
-        return [*self.prefix, *self.history, *new_input]
-
-    def record_turn(self, prompt: list[str], output_text: str) -> None:
-        self.history = prompt[len(self.prefix) :] + output_text.split()
-        self.turn += 1
+    def next_turn(self) -> Turn | None:
         if self.turn >= self.turns:
-            self.session_number += 1
-            self.turn = 0
-            self.history = []
-
-
-def build_users(traffic: dict[str, Any], users: int) -> list[SessionUser]:
-    shape = traffic.get("shape", "agentic_replay")
-    if shape not in SUPPORTED_SHAPES:
-        raise UnsupportedShapeError(
-            f"traffic.shape {shape!r} is not driven by this load generator yet; "
-            f"supported: {', '.join(SUPPORTED_SHAPES)}"
+            return None
+        if self._built is not None and self._built[0] == self.turn:
+            return self._built[1]
+        prompt = [*self.prefix, *self.history, *words(f"{self.session_id}/t{self.turn}", self.input_tokens)]
+        turn = Turn(
+            prompt=" ".join(prompt),
+            messages=None,
+            prompt_tokens=len(prompt),
+            output_tokens=self.output_tokens,
+            gap_s=self.think_time_s if self.turn > 0 else 0.0,
         )
+        self._built = (self.turn, turn)
+        return turn
+
+    def record(self, turn: Turn, reply: str, ok: bool) -> None:
+        if ok:
+            self.history = (turn.prompt or "").split()[len(self.prefix) :] + reply.split()
+            self.turn += 1
+        else:
+            self.turn = self.turns  # a failed turn ends the conversation: its history is unknown
+
+
+@dataclass
+class Source:
+    """Sessions for one job (one shard of it)."""
+
+    shape: str
+    next_session: Callable[[int], Session | None]  # argument: the user (closed loop) or arrival counter
+    users: list[int]  # the closed-loop users this shard drives
+    finite: bool  # replayed data: the job may end when it runs out
+    tokenizer: str = TOKENIZER_NAME
+    measure_phases: frozenset[int] = frozenset()  # document_reuse rounds that are measured (empty: all)
+    notes: list[str] = field(default_factory=list)
+
+
+def contexts_for_ratio(ratio: float, capacity_tokens: int, tokens_per_context: int) -> int:
+    """Distinct contexts whose reusable tokens are ``ratio`` x the pool's GPU KV capacity (DESIGN.md §6)."""
+    return max(1, math.ceil(ratio * capacity_tokens / max(1, tokens_per_context)))
+
+
+def _shared(sessions: list[Session], shard: int, shards: int) -> Callable[[int], Session | None]:
+    mine: Iterator[Session] = itertools.islice(iter(sessions), shard, None, shards)
+    return lambda _user: next(mine, None)
+
+
+def _synthetic(traffic: dict[str, Any], shape: str, population: int, ratio: float | None, capacity: int | None,
+               notes: list[str]) -> Callable[[int], Session | None]:  # fmt: skip
     spec = traffic.get("synthetic") or {}
     groups = int(spec.get("groups", 4))
     prefix_tokens = int(spec.get("prefix_tokens", 1024))
     turns = int(spec.get("turns", 4))
+    input_tokens, output_tokens = int(spec.get("input_tokens", 128)), int(spec.get("output_tokens", 64))
     if shape == "shared_prompt":
         groups, turns = 1, 1
-    out: list[SessionUser] = []
-    for i in range(users):
-        group = i if shape == "per_user_history" else i % groups
-        prefix = words(f"prefix/{group}", prefix_tokens) if shape != "per_user_history" else []
-        out.append(
-            SessionUser(
-                user_index=i,
-                group=group,
-                prefix=prefix,
-                turns=turns,
-                input_tokens=int(spec.get("input_tokens", 128)),
-                output_tokens=int(spec.get("output_tokens", 64)),
-                think_time_s=float(spec.get("think_time_s", 0.0)),
+    if ratio and capacity and shape != "per_user_history" and prefix_tokens > 0:
+        groups = contexts_for_ratio(ratio, capacity, prefix_tokens)
+        notes.append(
+            f"working_set_ratio {ratio} over {capacity:,} GPU KV tokens: {groups} distinct prefixes of {prefix_tokens}"
+        )
+    numbers: dict[int, itertools.count[int]] = {}
+
+    def next_session(user: int) -> Session:
+        number = next(numbers.setdefault(user, itertools.count()))
+        if shape == "per_user_history":
+            prefix: list[str] = []
+        else:
+            # a user keeps its group; with more groups than users (working-set ratio) its sessions walk the groups
+            group = user % groups if groups <= population else (user + number * population) % groups
+            prefix = words(f"prefix/{group}", prefix_tokens)
+        return SyntheticSession(
+            f"u{user}-s{number}", prefix, turns, input_tokens, output_tokens, float(spec.get("think_time_s", 0.0))
+        )
+
+    return next_session
+
+
+def document_sessions(spec: dict[str, Any], seed: int, count: int | None = None) -> list[Session]:
+    """Each document visited once per round in the given order; a visit is the document and a question."""
+    count = count or int(spec["count"])
+    tokens, rounds = int(spec["tokens"]), int(spec.get("rounds", 2))
+    question_tokens, output_tokens = int(spec.get("question_tokens", 16)), int(spec.get("output_tokens", 16))
+    order = spec.get("order", "tile")
+    rng = random.Random(seed)
+    if order == "interleave":  # each document's visits back to back
+        visits = [(r, d) for d in range(count) for r in range(1, rounds + 1)]
+    else:
+        visits = []
+        for r in range(1, rounds + 1):
+            docs = list(range(count))
+            if order == "random":
+                rng.shuffle(docs)
+            visits.extend((r, d) for d in docs)
+    sessions: list[Session] = []
+    for index, (round_no, doc) in enumerate(visits):
+        text = [*words(f"document/{doc}", tokens), *words(f"question/{doc}/{round_no}", question_tokens)]
+        turn = Turn(
+            prompt=" ".join(text), messages=None, prompt_tokens=len(text), output_tokens=output_tokens, phase=round_no
+        )
+        sessions.append(ReplaySession(f"d{doc}-r{round_no}-v{index}", [turn]))
+    return sessions
+
+
+def build_source(
+    traffic: dict[str, Any],
+    *,
+    users: int,
+    seed: int = 0,
+    shard: int = 0,
+    shards: int = 1,
+    working_set_ratio: float | None = None,
+    capacity_tokens: int | None = None,
+    horizon_s: float = math.inf,
+) -> Source:
+    shape = str(traffic.get("shape", "agentic_replay"))
+    if shape not in SHAPES:
+        raise UnsupportedShapeError(f"traffic.shape {shape!r} is not one of {', '.join(SHAPES)}")
+    if working_set_ratio and not capacity_tokens and shape in ("synthetic_sessions", "shared_prompt", "document_reuse"):
+        raise UnsupportedShapeError(
+            "measurement.working_set_ratio needs the pool's GPU KV capacity, and no engine reported it "
+            "(vllm:cache_config_info or sglang:max_total_num_tokens); remove the ratio or use an engine that does"
+        )
+    my_users = list(range(shard, users, shards))
+    notes: list[str] = []
+    if shape in ("synthetic_sessions", "shared_prompt", "per_user_history"):
+        maker = _synthetic(traffic, shape, max(1, users), working_set_ratio, capacity_tokens, notes)
+        return Source(shape, maker, my_users, finite=False, notes=notes)
+    if shape == "agentic_replay":
+        data = load_agentic(resolve_dataset(traffic.get("dataset")))
+        notes.extend(data.notes)
+        notes.append(f"agentic data set {data.source}: {len(data.sessions)} sessions from {data.rows} rows")
+        return Source(shape, _shared(list(data.sessions), shard, shards), my_users, finite=True, notes=notes)
+    if shape == "trace_replay":
+        trace = traffic.get("trace")
+        if not trace:
+            raise UnsupportedShapeError("traffic.trace is required for trace_replay: {format, path, time_scale}")
+        sessions: list[Session] = list(
+            trace_sessions(
+                str(trace["format"]),
+                Path(str(trace["path"])).expanduser(),
+                time_scale=float(trace.get("time_scale", 1.0)),
+                jitter=bool(trace.get("jitter", False)),
+                seed=seed,
+                horizon_s=horizon_s,
+                block_tokens=int(trace.get("block_tokens", 512)),
             )
         )
-    return out
+        notes.append(f"trace {trace['path']} ({trace['format']}): {len(sessions)} requests")
+        return Source(shape, _shared(sessions, shard, shards), my_users, finite=True, notes=notes)
+    spec = traffic.get("documents")
+    if not spec:
+        raise UnsupportedShapeError("traffic.documents is required for document_reuse: {count, tokens, rounds, ...}")
+    count = int(spec["count"])
+    if working_set_ratio and capacity_tokens:
+        count = contexts_for_ratio(working_set_ratio, capacity_tokens, int(spec["tokens"]))
+        notes.append(f"working_set_ratio {working_set_ratio}: {count} documents over {capacity_tokens:,} GPU KV tokens")
+    docs = document_sessions(spec, seed, count)
+    return Source(
+        shape,
+        _shared(docs, shard, shards),
+        my_users,
+        finite=True,
+        measure_phases=frozenset(int(r) for r in spec.get("measure_rounds", [2])),
+        notes=notes,
+    )

@@ -86,7 +86,7 @@ class Conductor:
         elif isinstance(event, StackStopped):
             key = f"stopped:{event.deployment_id}"
         elif isinstance(event, JobFinished | JobFailed):
-            key = f"job:{event.job_id}"
+            key = f"job:{event.job_id}#{event.shard_index}"
         elif isinstance(event, JobProgressed):
             await self._progress(event)
             return
@@ -414,43 +414,53 @@ class Conductor:
         duration = workload.effective_load_duration_s()
         # a job with no set length (one session per user) is given hours before it is declared lost
         timeout_s = duration + self.settings.job_grace_s if duration else 4 * 3600.0
-        future = self._expect(f"job:{job.job_id}")
-        if job.status != "running":  # a resumed running job is already in a load generator's hands
+        shards = self.settings.loadgen_shards
+        keys = [f"job:{job.job_id}#{index}" for index in range(shards)]
+        futures = [self._expect(key) for key in keys]
+        if job.status != "running":  # a resumed running job is already in the load generators' hands
             job.status = "running"
             await self.save(state)
-            await self.bus.publish(
-                RunLoad(
-                    run_id=state.run_id,
-                    job_id=job.job_id,
-                    workload=workload.name,
-                    model=workload.model,
-                    endpoints=endpoints,
-                    traffic=workload.traffic.model_dump(mode="json"),
-                    load_level=job.load_level,
-                    duration_s=duration,
-                    warmup_s=workload.effective_warmup_s(),
-                    routing=workload.measurement.routing,
-                    seed=job.repeat,
+            for index in range(shards):  # each shard is one work-queue message: any free load generator takes it
+                await self.bus.publish(
+                    RunLoad(
+                        run_id=state.run_id,
+                        job_id=job.job_id,
+                        workload=workload.name,
+                        model=workload.model,
+                        endpoints=endpoints,
+                        traffic=workload.traffic.model_dump(mode="json"),
+                        load_level=job.load_level,
+                        duration_s=duration,
+                        warmup_s=workload.effective_warmup_s(),
+                        routing=workload.measurement.routing,
+                        seed=job.repeat,
+                        shard_index=index,
+                        shards=shards,
+                        working_set_ratio=workload.measurement.working_set_ratio,
+                    )
                 )
-            )
-        log.info("job sent", extra={"run_id": state.run_id, "job_id": job.job_id, "workload": workload.name})
-        waitables: list[asyncio.Future[Any]] = [future, watcher]
-        done, _ = await asyncio.wait(
-            waitables,
-            timeout=timeout_s,
-            return_when=asyncio.FIRST_COMPLETED,
+        log.info(
+            "job sent",
+            extra={"run_id": state.run_id, "job_id": job.job_id, "workload": workload.name, "shards": shards},
         )
+        every_shard: asyncio.Future[list[Envelope]] = asyncio.ensure_future(asyncio.gather(*futures))
+        waitables: list[asyncio.Future[Any]] = [every_shard, watcher]
+        done, _ = await asyncio.wait(waitables, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        for key in keys:
+            self._waiters.pop(key, None)
         if watcher in done:
-            self._waiters.pop(f"job:{job.job_id}", None)
+            every_shard.cancel()
             job.status, job.reason = "failed", NODE_UNRESPONSIVE["message"]
             watcher.result()  # raises RunFailedError(node_unresponsive)
-        if future not in done:
-            self._waiters.pop(f"job:{job.job_id}", None)
-            job.status, job.reason = "failed", "no load generator finished the job in time"
+        if every_shard not in done:
+            every_shard.cancel()
+            finished = sum(1 for f in futures if f.done())
+            job.status, job.reason = "failed", f"only {finished} of {shards} load generator shard(s) finished in time"
         else:
-            event = future.result()
-            if isinstance(event, JobFinished):
+            events = every_shard.result()
+            failed = [e for e in events if isinstance(e, JobFailed)]
+            if failed:
+                job.status, job.reason = "failed", failed[0].reason
+            else:
                 job.status, job.progress = "succeeded", 1.0
-            elif isinstance(event, JobFailed):
-                job.status, job.reason = "failed", event.reason
         await self.save(state)

@@ -18,6 +18,7 @@ class PlannerSettings(ServiceSettings):
     api_token: SecretStr | None = Field(None, description="Bearer token for mutating endpoints; unset = no auth")
     stack_ready_timeout_s: float = Field(300.0, gt=0, description="How long a stack may take to become healthy")
     job_grace_s: float = Field(240.0, gt=0, description="Slack after a job's load end before it is failed")
+    loadgen_shards: int = Field(1, ge=1, le=256, description="Load generator processes that share each job")
     node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")
     launcher: Literal["process", "docker"] = Field("process", description="How agents start real stacks")
 

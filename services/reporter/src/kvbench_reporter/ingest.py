@@ -223,16 +223,37 @@ class Ingestor:
                 e.shard,
             )
         elif isinstance(e, JobFinished):
+            # every shard sends its own JobFinished; the job's row is the union of the distinct shards' reports
+            # (recomputed from the stored events, so a redelivered one changes nothing)
             await conn.execute(
-                "UPDATE jobs SET status = 'succeeded', finished_at = $2, records_expected = $3, load_duration_s = $4,"
-                " warmup_s = $5, offered_load = $6, tokenizer = $7 WHERE job_id = $1",
+                """
+                UPDATE jobs j SET
+                    shards = $2, shards_finished = agg.n, records_expected = agg.records,
+                    load_duration_s = agg.load_end, warmup_s = agg.warmup, offered_load = $3, tokenizer = $4,
+                    skipped_arrivals = agg.skipped, replay_lag_p99_s = agg.lag, notes = $5::jsonb,
+                    status = CASE WHEN agg.n >= $2 THEN 'succeeded' ELSE j.status END,
+                    finished_at = CASE WHEN agg.n >= $2 THEN $6 ELSE j.finished_at END
+                FROM (
+                    SELECT count(*)::int AS n, sum((payload->>'records')::int)::int AS records,
+                           max((payload->>'load_duration_s')::float8) AS load_end,
+                           min((payload->>'warmup_s')::float8) AS warmup,
+                           sum(coalesce((payload->>'skipped_arrivals')::int, 0))::int AS skipped,
+                           max((payload->>'replay_lag_p99_s')::float8) AS lag
+                    FROM (
+                        SELECT DISTINCT ON (coalesce(payload->>'shard_index', '0')) payload FROM events
+                        WHERE job_id = $1 AND schema = $7
+                        ORDER BY coalesce(payload->>'shard_index', '0'), occurred_at
+                    ) per_shard
+                ) agg
+                WHERE j.job_id = $1
+                """,
                 e.job_id,
-                e.occurred_at,
-                e.records,
-                e.load_duration_s,
-                e.warmup_s,
+                e.shards,
                 e.offered_load,
                 e.tokenizer,
+                json.dumps(e.notes),
+                e.occurred_at,
+                JobFinished.SCHEMA,
             )
         elif isinstance(e, JobFailed):
             await conn.execute(

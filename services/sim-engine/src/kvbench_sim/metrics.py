@@ -50,6 +50,13 @@ class VllmMetrics:
         self.running = Gauge("vllm:num_requests_running", "Requests running", labels, registry=r)
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", labels, registry=r)
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage, 0..1", labels, registry=r)
+        # vLLM's info gauge: the value is 1, the cache configuration is in the labels
+        self.cache_config = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            ["block_size", "num_gpu_blocks", "enable_prefix_caching"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds", "TTFT (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
         )
@@ -61,6 +68,11 @@ class VllmMetrics:
             registry=r,
         )
         self._last = (0, 0, 0, 0, 0)
+
+    def describe_cache(self, engine: Engine) -> None:
+        self.cache_config.labels(
+            str(engine.block_size), str(engine.pool.num_blocks), str(engine.profile.engine.prefix_caching)
+        ).set(1)
 
     def refresh(self, engine: Engine) -> None:
         """Move the counters up to the engine's totals (the engine core keeps plain integers)."""

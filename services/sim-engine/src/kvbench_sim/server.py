@@ -102,6 +102,7 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
 
 def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
     metrics = VllmMetrics(model)
+    metrics.describe_cache(paced.engine)
     slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
     counter = {"n": 0}
 

@@ -1,0 +1,250 @@
+"""``kvbench load``: drive any OpenAI-compatible server with kvbench's traffic shapes, no bus, no database.
+
+Records go to a JSON Lines file in the export format (DESIGN.md §6) as they complete; the summary is
+computed from them with the report's own definitions (``kvbench report analyze`` gives the same figures
+from the file later, with another warm-up or SLO).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+__all__ = ["add_load_parser", "cmd_load"]
+
+
+def add_load_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "load",
+        help="drive an OpenAI-compatible endpoint and write request records (no services needed)",
+        description="Drive any OpenAI-compatible server with kvbench's traffic shapes and definitions.",
+    )
+    p.add_argument("--endpoint", action="append", required=True, metavar="URL", help="base URL; repeat for several")
+    p.add_argument("--model", required=True)
+    p.add_argument("--traffic", metavar="FILE.yaml", help="a plan's traffic section (or a file with `traffic:`)")
+    shape = p.add_argument_group("shape flags (instead of --traffic)")
+    shape.add_argument(
+        "--shape",
+        default="synthetic_sessions",
+        choices=(
+            "synthetic_sessions",
+            "shared_prompt",
+            "per_user_history",
+            "agentic_replay",
+            "trace_replay",
+            "document_reuse",
+        ),
+    )
+    shape.add_argument("--prefix-tokens", type=int)
+    shape.add_argument("--groups", type=int)
+    shape.add_argument("--turns", type=int)
+    shape.add_argument("--input-tokens", type=int)
+    shape.add_argument("--output-tokens", type=int)
+    shape.add_argument("--think-time-s", type=float)
+    shape.add_argument("--dataset", help="agentic_replay: parquet file/dir or Mooncake-style JSONL")
+    shape.add_argument("--trace", metavar="FILE", help="trace_replay: the trace file")
+    shape.add_argument("--trace-format", default="mooncake", choices=("mooncake", "azure", "servegen"))
+    shape.add_argument("--time-scale", type=float, default=1.0)
+    shape.add_argument("--jitter", action="store_true", help="spread requests that share a trace timestamp")
+    shape.add_argument("--documents", type=int, help="document_reuse: how many documents")
+    shape.add_argument("--document-tokens", type=int, default=8000)
+    shape.add_argument("--rounds", type=int, default=2)
+    load = p.add_argument_group("load")
+    level = load.add_mutually_exclusive_group()
+    level.add_argument("--users", type=int, help="closed loop: concurrent users")
+    level.add_argument("--rate", type=float, help="open loop: requests/s")
+    load.add_argument("--distribution", choices=("poisson", "gamma"), default="poisson")
+    load.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson, lower = burstier)")
+    load.add_argument("--max-concurrency", type=int)
+    load.add_argument("--no-gaps", action="store_true", help="ignore think times, pre_gap and delay")
+    load.add_argument("--duration-s", type=float, default=0.0, help="load length (0: until the sessions end)")
+    load.add_argument("--warmup-s", type=float, default=0.0)
+    load.add_argument("--routing", default="round_robin", choices=("round_robin", "session_affinity", "prefix_aware"))
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--timeout-s", type=float, default=600.0, help="per request")
+    out = p.add_argument_group("output")
+    out.add_argument("--records", required=True, metavar="FILE.jsonl")
+    out.add_argument("--slo-ttft-ms", type=float)
+    out.add_argument("--slo-tpot-ms", type=float)
+    out.add_argument("--slo-e2e-ms", type=float)
+    out.add_argument("--json", action="store_true", help="print the summary as JSON")
+    out.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_load)
+
+
+def _traffic(args: argparse.Namespace) -> dict[str, Any]:
+    from kvbench_contracts.plan import Traffic  # noqa: PLC0415
+
+    if args.traffic:
+        raw = yaml.safe_load(Path(args.traffic).read_text(encoding="utf-8")) or {}
+        raw = raw.get("traffic", raw) if isinstance(raw, dict) else raw
+    else:
+        synthetic = {
+            k: v
+            for k, v in {
+                "prefix_tokens": args.prefix_tokens,
+                "groups": args.groups,
+                "turns": args.turns,
+                "input_tokens": args.input_tokens,
+                "output_tokens": args.output_tokens,
+                "think_time_s": args.think_time_s,
+            }.items()
+            if v is not None
+        }
+        raw = {"shape": args.shape, "synthetic": synthetic or None}
+        if args.shape == "agentic_replay":
+            raw["dataset"] = args.dataset
+        if args.shape == "trace_replay":
+            raw["trace"] = {
+                "format": args.trace_format,
+                "path": args.trace,
+                "time_scale": args.time_scale,
+                "jitter": args.jitter,
+            }
+        if args.shape == "document_reuse":
+            raw["documents"] = {
+                "count": args.documents or 10,
+                "tokens": args.document_tokens,
+                "rounds": args.rounds,
+                "output_tokens": args.output_tokens or 16,
+            }
+    if args.users is not None:
+        raw["arrivals"] = {"mode": "closed_loop", "users": [args.users]}
+    elif args.rate is not None:
+        raw["arrivals"] = {
+            "mode": "request_rate",
+            "rates": [args.rate],
+            "distribution": args.distribution,
+            "burstiness": args.burstiness,
+        }
+    if args.max_concurrency or args.no_gaps:
+        arrivals = dict(raw.get("arrivals") or {})
+        if args.max_concurrency:
+            arrivals["max_concurrency"] = args.max_concurrency
+        if args.no_gaps:
+            arrivals["gaps"] = "none"
+        raw["arrivals"] = arrivals
+    return Traffic.model_validate(raw).model_dump(mode="json")
+
+
+async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> tuple[Any, Any, int]:
+    from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
+    from kvbench_loadgen.driver import DriveConfig, Driver  # noqa: PLC0415
+    from kvbench_loadgen.routing import Router  # noqa: PLC0415
+    from kvbench_loadgen.workload import build_source  # noqa: PLC0415
+
+    arrivals = traffic["arrivals"]
+    mode = arrivals["mode"]
+    level = float(
+        arrivals["users"][0] if mode == "closed_loop" else arrivals["rates"][0] if mode == "request_rate" else 1
+    )
+    source = build_source(
+        traffic,
+        users=int(level) if mode == "closed_loop" else 1,
+        seed=args.seed,
+        horizon_s=args.duration_s if args.duration_s > 0 else float("inf"),
+    )
+    endpoints = [
+        EngineEndpoint(
+            node_id="cli", engine_id=f"e{i}", base_url=url.rstrip("/"), metrics_url=url.rstrip("/") + "/metrics"
+        )
+        for i, url in enumerate(args.endpoint)
+    ]
+    config = DriveConfig(
+        job_id="load",
+        workload=traffic["shape"],
+        model=args.model,
+        mode=mode,
+        load_level=level,
+        duration_s=args.duration_s,
+        warmup_s=args.warmup_s,
+        seed=args.seed,
+        shard="cli",
+        distribution=arrivals.get("distribution", "poisson"),
+        burstiness=float(arrivals.get("burstiness", 1.0)),
+        max_concurrency=arrivals.get("max_concurrency"),
+        honor_gaps=arrivals.get("gaps", "recorded") != "none",
+        request_timeout_s=args.timeout_s,
+        drain_timeout_s=min(args.timeout_s, 120.0),
+    )
+    written = [0]
+
+    def write(record: Any) -> None:
+        out.write(record.model_dump_json() + "\n")
+        written[0] += 1
+
+    driver = Driver(config, source, Router(endpoints, args.routing), write)
+    task = asyncio.ensure_future(driver.run())
+    while not task.done():
+        await asyncio.wait([task], timeout=1.0)
+        if not args.quiet and not task.done():
+            span = f"/{args.duration_s:.0f}" if args.duration_s > 0 else ""
+            sys.stderr.write(
+                f"\r{driver.elapsed_s:6.1f}{span} s · {driver.result.requests:,} requests · "
+                f"{driver.result.errors:,} errors "
+            )
+            sys.stderr.flush()
+    if not args.quiet:
+        sys.stderr.write("\n")
+    return task.result(), source, written[0]
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from kvbench_contracts.records import RequestRecord  # noqa: PLC0415
+    from kvbench_core.analysis import Slo, analyze  # noqa: PLC0415
+
+    try:
+        traffic = _traffic(args)
+    except (OSError, yaml.YAMLError) as exc:
+        sys.stderr.write(f"error: --traffic: {exc}\n")
+        return 2
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"])
+            sys.stderr.write(f"error: traffic.{where}: {error['msg']}\n")
+        return 2
+    path = Path(args.records)
+    started = time.monotonic()
+    try:
+        with path.open("w", encoding="utf-8", buffering=1 << 20) as out:
+            import uvloop  # noqa: PLC0415 (a dependency of the load generator: timestamps on a fast loop)
+
+            result, source, written = uvloop.run(_run(args, traffic, out))
+    except (ValueError, FileNotFoundError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    records = [RequestRecord.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    load_end = args.duration_s if args.duration_s > 0 else result.load_end_s
+    warmup = result.warmup_s
+    figures = analyze(records, warmup, load_end, Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms))
+    lags = sorted(result.replay_lags_s)
+    summary = {
+        **figures,
+        "records_file": str(path),
+        "records_written": written,
+        "warmup_s": warmup,
+        "load_end_s": load_end,
+        "skipped_arrivals": result.skipped_arrivals,
+        "replay_lag_p99_ms": 1000 * lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
+        "tokenizer": source.tokenizer,
+        "notes": source.notes,
+        "wall_s": time.monotonic() - started,
+    }
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        from kvbench_cli.main import print_figures  # noqa: PLC0415
+
+        print_figures(figures)
+        sys.stdout.write(f"records: {written:,} in {path} · tokenizer: {source.tokenizer}\n")
+        for note in source.notes:
+            sys.stdout.write(f"note: {note}\n")
+    return 0

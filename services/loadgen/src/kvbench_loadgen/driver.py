@@ -1,0 +1,312 @@
+"""Drives a source of sessions against OpenAI endpoints and hands each request's record to a callback.
+
+Arrival modes: closed loop (each user sends its next turn when the previous answer is in, after the
+turn's recorded gap), request rate (Poisson or gamma arrivals; each arrival sends the next turn of a
+session that is ready, else opens a new one, else is counted as skipped) and trace (each session's first
+turn at its scheduled time; later turns after their gaps). The driver knows nothing of the bus: the
+service publishes the records, ``kvbench load`` writes them to a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import aiohttp
+
+from kvbench_contracts.envelope import new_id
+from kvbench_contracts.records import RequestRecord
+from kvbench_loadgen.client import StreamResult, stream_completion
+from kvbench_loadgen.routing import Router
+from kvbench_loadgen.sessions import Session, Turn
+from kvbench_loadgen.workload import Source
+
+__all__ = ["DriveConfig", "DriveResult", "Driver", "arrival_gaps", "to_record"]
+
+Mode = Literal["closed_loop", "request_rate", "trace"]
+
+
+@dataclass(frozen=True)
+class DriveConfig:
+    job_id: str
+    workload: str
+    model: str
+    mode: Mode
+    load_level: float  # users (closed loop, the whole job) or requests/s (rate, the whole job)
+    duration_s: float  # 0: until the sessions run out (synthetic shapes: one session per user)
+    warmup_s: float = 0.0
+    seed: int = 0
+    shard: str = "loadgen-0"
+    shards: int = 1
+    distribution: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    honor_gaps: bool = True
+    request_timeout_s: float = 600.0
+    drain_timeout_s: float = 120.0
+
+
+@dataclass
+class DriveResult:
+    requests: int = 0
+    errors: int = 0
+    skipped_arrivals: int = 0  # rate mode: arrivals that found no session ready and none left to open
+    load_end_s: float = 0.0
+    warmup_s: float = 0.0
+    replay_lags_s: list[float] = field(default_factory=list)  # trace mode: actual minus scheduled send time
+
+
+def to_record(
+    result: StreamResult,
+    *,
+    load_t0: float,
+    job_id: str,
+    workload: str,
+    session_id: str | None,
+    turn: int | None,
+    prompt_tokens: int,
+    shard: str,
+) -> RequestRecord:
+    chunk_times = [t - result.t0 for t in result.chunk_times]
+    output_tokens = result.output_tokens if result.output_tokens is not None else sum(result.chunk_tokens)
+    chunk_tokens = list(result.chunk_tokens)
+    if output_tokens == len(chunk_tokens):
+        chunk_tokens = [1] * len(chunk_tokens)
+    return RequestRecord(
+        request_id=new_id(),
+        job_id=job_id,
+        workload=workload,
+        session_id=session_id,
+        turn=turn,
+        start_s=result.t0 - load_t0,
+        ttft_s=chunk_times[0] if chunk_times else None,
+        e2e_s=chunk_times[-1] if chunk_times else None,
+        chunk_times_s=chunk_times,
+        chunk_tokens=chunk_tokens,
+        prompt_tokens=result.prompt_tokens if result.prompt_tokens is not None else prompt_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=result.cached_tokens,
+        ok=result.ok,
+        error=result.error,
+        shard=shard,
+    )
+
+
+def arrival_gaps(rate: float, distribution: str, burstiness: float, rng: random.Random) -> Iterator[float]:
+    """Inter-arrival gaps of mean 1/rate: exponential (Poisson), or gamma with shape ``burstiness``."""
+    while True:
+        if distribution == "gamma":
+            yield rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        else:
+            yield rng.expovariate(rate)
+
+
+class Driver:
+    def __init__(
+        self, config: DriveConfig, source: Source, router: Router, on_record: Callable[[RequestRecord], None]
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.router = router
+        self.on_record = on_record
+        self.result = DriveResult(warmup_s=config.warmup_s)
+        self.load_t0 = 0.0
+        self._limit = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else None
+        self._measured_span: list[float] = []  # document rounds: first measured start, last measured end
+        self._http: aiohttp.ClientSession | None = None
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.load_t0 if self.load_t0 else 0.0
+
+    async def run(self) -> DriveResult:
+        cfg = self.config
+        connector = aiohttp.TCPConnector(limit=0, force_close=False)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+            self._http = http
+            self.load_t0 = time.monotonic()
+            bounded = cfg.duration_s > 0
+            self._deadline = self.load_t0 + cfg.duration_s if bounded else float("inf")
+            if cfg.mode == "request_rate":
+                main = asyncio.ensure_future(self._open_loop())
+            elif cfg.mode == "trace":
+                main = asyncio.ensure_future(self._trace())
+            else:
+                main = asyncio.ensure_future(self._closed_loop())
+            done, _ = await asyncio.wait([main], timeout=cfg.duration_s + cfg.drain_timeout_s if bounded else None)
+            if main not in done:
+                main.cancel()  # requests still running after the drain time are recorded as timeouts
+            with contextlib.suppress(asyncio.CancelledError):
+                await main
+        self.result.load_end_s = cfg.duration_s if bounded else self.result.load_end_s
+        if self._measured_span and self.source.measure_phases:
+            self.result.warmup_s, self.result.load_end_s = self._measured_span[0], self._measured_span[1]
+        return self.result
+
+    # -- one request -------------------------------------------------------------------------
+    async def _send(self, session: Session, turn: Turn) -> None:
+        cfg = self.config
+        assert self._http is not None
+        payload: dict[str, object] = {
+            "model": cfg.model,
+            "max_tokens": turn.output_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+        if turn.chat:
+            payload["messages"] = turn.messages
+        else:
+            payload["prompt"] = turn.prompt
+        endpoint = self.router.pick(session.session_id, turn.head())
+        number = session.turn
+        started = time.monotonic()
+        try:
+            if self._limit is not None:
+                async with self._limit:
+                    result = await self._stream(endpoint.base_url, payload, turn.chat)
+            else:
+                result = await self._stream(endpoint.base_url, payload, turn.chat)
+        except asyncio.CancelledError:
+            # cut off at the end of the drain time: a timeout, recorded (it may lie in the window)
+            self._emit(session, number, turn, StreamResult(t0=started, error="timeout"))
+            raise
+        self._emit(session, number, turn, result)
+        session.record(turn, "".join(result.text), result.ok)
+
+    async def _stream(self, base_url: str, payload: dict[str, object], chat: bool) -> StreamResult:
+        assert self._http is not None
+        return await stream_completion(
+            self._http, base_url, payload, chat=chat, timeout_s=self.config.request_timeout_s
+        )
+
+    def _emit(self, session: Session, number: int, turn: Turn, result: StreamResult) -> None:
+        cfg = self.config
+        record = to_record(
+            result,
+            load_t0=self.load_t0,
+            job_id=cfg.job_id,
+            workload=cfg.workload,
+            session_id=session.session_id,
+            turn=number,
+            prompt_tokens=turn.prompt_tokens,
+            shard=cfg.shard,
+        )
+        self.on_record(record)
+        self.result.requests += 1
+        if not record.ok:
+            self.result.errors += 1
+        end = record.start_s + (record.e2e_s or 0.0)
+        self.result.load_end_s = max(self.result.load_end_s, end)
+        if self.source.measure_phases and turn.phase in self.source.measure_phases:
+            span = self._measured_span
+            if not span:
+                span.extend([record.start_s, end])
+            span[0], span[1] = min(span[0], record.start_s), max(span[1], end)
+
+    async def _gap(self, seconds: float) -> bool:
+        """Wait a session's recorded gap; False when the load ends first."""
+        if seconds > 0 and self.config.honor_gaps:
+            await asyncio.sleep(min(seconds, max(0.0, self._deadline - time.monotonic())))
+        return time.monotonic() < self._deadline
+
+    async def _session(self, session: Session) -> None:
+        """Every turn of one session in order (gaps between them)."""
+        first = True
+        while (turn := session.next_turn()) is not None:
+            if not first and not await self._gap(turn.gap_s):
+                return
+            if time.monotonic() >= self._deadline:
+                return
+            first = False
+            await self._send(session, turn)
+
+    # -- arrival modes ---------------------------------------------------------------------------
+    async def _closed_loop(self) -> None:
+        one_each = self.config.duration_s <= 0 and not self.source.finite
+
+        async def user(index: int) -> None:
+            while time.monotonic() < self._deadline:
+                session = self.source.next_session(index)
+                if session is None:
+                    return
+                await self._session(session)
+                if one_each:
+                    return
+
+        await asyncio.gather(*(user(u) for u in self.source.users))
+
+    async def _open_loop(self) -> None:
+        cfg = self.config
+        rate = max(cfg.load_level / cfg.shards, 1e-9)
+        rng = random.Random(f"{cfg.seed}/{cfg.shard}")
+        ready: deque[Session] = deque()
+        waiting = [0]  # sessions in flight or in a gap: they will come back ready
+        in_flight: set[asyncio.Task[None]] = set()
+        opened = 0
+        exhausted = False
+        loop = asyncio.get_running_loop()
+
+        async def one(session: Session, turn: Turn) -> None:
+            try:
+                await self._send(session, turn)
+            finally:
+                following = session.next_turn()
+                if following is None:
+                    waiting[0] -= 1
+                elif following.gap_s > 0 and cfg.honor_gaps:
+                    loop.call_later(following.gap_s, _back, session)
+                else:
+                    _back(session)
+
+        def _back(session: Session) -> None:
+            waiting[0] -= 1
+            ready.append(session)
+
+        next_t = time.monotonic()
+        for gap in arrival_gaps(rate, cfg.distribution, cfg.burstiness, rng):
+            next_t += gap
+            if next_t >= self._deadline:
+                break
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            session: Session | None = ready.popleft() if ready else None
+            if session is None and not exhausted:
+                session = self.source.next_session(opened)
+                opened += 1
+                exhausted = session is None
+            turn = session.next_turn() if session is not None else None
+            if session is None or turn is None:
+                self.result.skipped_arrivals += 1
+                if exhausted and not ready and waiting[0] == 0 and not in_flight:
+                    break  # replayed data is used up
+                continue
+            waiting[0] += 1
+            task = asyncio.create_task(one(session, turn))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.gather(*in_flight)
+
+    async def _trace(self) -> None:
+        in_flight: set[asyncio.Task[None]] = set()
+        lags = self.result.replay_lags_s
+        while (session := self.source.next_session(0)) is not None:
+            at = self.load_t0 + (session.start_at_s or 0.0)
+            if at >= self._deadline:
+                break
+            delay = at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            lags.append(max(0.0, time.monotonic() - at))
+            task = asyncio.create_task(self._session(session))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.gather(*in_flight)

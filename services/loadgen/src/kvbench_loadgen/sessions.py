@@ -1,0 +1,63 @@
+"""What the driver sends: sessions of turns, in order.
+
+A session is a conversation (or a single trace row): its turns go strictly one after another, each
+after the previous response and its recorded gap. Sessions run concurrently. A session whose next
+turn depends on the live reply (synthetic sessions resend what the model said) learns the reply
+through ``record``; replayed sessions resend their recorded history verbatim and ignore it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ReplaySession", "Session", "Turn"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One request: the body part that carries the prompt (``prompt`` or ``messages``) and its sizes."""
+
+    prompt: str | None
+    messages: list[dict[str, Any]] | None
+    prompt_tokens: int  # by the load generator's tokenizer (the engine's usage, when sent, wins)
+    output_tokens: int
+    gap_s: float = 0.0  # wait after the previous turn's response before sending this one (think time, pre_gap)
+    phase: int = 0  # document_reuse: the round this visit belongs to
+
+    @property
+    def chat(self) -> bool:
+        return self.messages is not None
+
+    def head(self, chars: int = 512) -> str:
+        """The start of the prompt, for prefix-aware routing."""
+        if self.prompt is not None:
+            return self.prompt[:chars]
+        return str((self.messages or [{}])[0].get("content") or "")[:chars]
+
+
+class Session:
+    """Base: a fixed list of turns. Subclasses may build turns from the replies."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.turn = 0
+        self.start_at_s: float | None = None  # trace schedule: the first turn is sent this long after load start
+
+    def next_turn(self) -> Turn | None:
+        raise NotImplementedError
+
+    def record(self, turn: Turn, reply: str, ok: bool) -> None:
+        """Called after each response; the next ``next_turn`` moves on."""
+        self.turn += 1
+
+
+class ReplaySession(Session):
+    """Recorded turns replayed verbatim, whatever the model answers."""
+
+    def __init__(self, session_id: str, turns: list[Turn]) -> None:
+        super().__init__(session_id)
+        self.turns = turns
+
+    def next_turn(self) -> Turn | None:
+        return self.turns[self.turn] if self.turn < len(self.turns) else None
