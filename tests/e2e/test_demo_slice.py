@@ -37,7 +37,10 @@ def test_demo_slice_end_to_end(
     nats_url: str, fresh_database: str, tmp_path: Path, artifacts_dir: Path, short_plan: Any
 ) -> None:
     deployment = LocalDeployment(tmp_path / "state")
-    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
+    # two load generators: every job is split into two shards (each takes half the users)
+    state = deployment.up(
+        sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True, loadgens=2
+    )
     try:
         with httpx.Client(timeout=30) as client:
             nodes = client.get(f"{state.api_url}/v1/nodes").json()
@@ -92,20 +95,29 @@ def test_demo_slice_end_to_end(
         assert gpu["test_points"][0]["load_level"] == 4
         assert gpu["limits"]["break_even_gbps"] > 0
 
-        async def rows_per_workload() -> dict[str, int]:
+        async def rows_per_workload() -> tuple[dict[str, int], dict[str, int], list[tuple[int, int]]]:
             conn = await asyncpg.connect(fresh_database)
             try:
                 rows = await conn.fetch(
-                    "SELECT workload, count(*) AS n FROM request_records WHERE run_id = $1 GROUP BY workload", run_id
+                    "SELECT workload, count(*) AS n, count(DISTINCT shard) AS shards, "
+                    "count(DISTINCT session_id) AS sessions FROM request_records WHERE run_id = $1 GROUP BY workload",
+                    run_id,
                 )
+                jobs = await conn.fetch("SELECT shards, shards_finished FROM jobs WHERE run_id = $1", run_id)
             finally:
                 await conn.close()
-            return {r["workload"]: int(r["n"]) for r in rows}
+            return (
+                {r["workload"]: int(r["n"]) for r in rows},
+                {r["workload"]: int(r["shards"]) for r in rows},
+                [(j["shards"], j["shards_finished"]) for j in jobs],
+            )
 
         import asyncio  # noqa: PLC0415
 
-        counts = asyncio.run(rows_per_workload())
+        counts, shards, jobs = asyncio.run(rows_per_workload())
         assert counts == {"prefix-off": off["requests"], "prefix-gpu": gpu["requests"]}
+        assert shards == {"prefix-off": 2, "prefix-gpu": 2}  # both load generators sent records for each job
+        assert jobs == [(2, 2), (2, 2)]
         assert "Workloads compared" in html
         assert html.count("<svg") >= 4
     finally:

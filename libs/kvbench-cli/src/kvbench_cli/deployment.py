@@ -80,6 +80,7 @@ class LocalDeployment:
         database_url: str | None = None,
         tie_to_parent: bool = False,
         say: object = None,
+        loadgens: int = 1,
     ) -> DeploymentState:
         if self.load() is not None:
             raise StartupError(f"kvbench is already up (state in {self.state_path}); run `kvbench down` first")
@@ -122,8 +123,20 @@ class LocalDeployment:
                 state.save(self.state_path)
 
             start("reporter", "kvbench_reporter", f"{state.report_url}/healthz")
-            start("planner", "kvbench_planner", f"{state.api_url}/healthz")
-            start("loadgen", "kvbench_loadgen", None, {"KVBENCH_LOADGEN_SHARD_ID": "loadgen-0"})
+            # every job is split into one shard per load generator (they share the work queue)
+            start(
+                "planner",
+                "kvbench_planner",
+                f"{state.api_url}/healthz",
+                {"KVBENCH_PLANNER_LOADGEN_SHARDS": str(loadgens)},
+            )
+            for i in range(loadgens):
+                start(
+                    f"loadgen-{i}" if i else "loadgen",
+                    "kvbench_loadgen",
+                    None,
+                    {"KVBENCH_LOADGEN_SHARD_ID": f"loadgen-{i}"},
+                )
             start("switch-poller", "kvbench_switch_poller", None)
             for i in range(sim_machines):
                 start(

@@ -158,7 +158,12 @@ def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[s
 def cmd_up(args: argparse.Namespace) -> int:
     deployment = LocalDeployment(Path(args.state_dir))
     with console.status("starting NATS, PostgreSQL, the services and a simulated cluster"):
-        state = deployment.up(sim_machines=args.sim_machines, nats_url=args.nats_url, database_url=args.database_url)
+        state = deployment.up(
+            sim_machines=args.sim_machines,
+            nats_url=args.nats_url,
+            database_url=args.database_url,
+            loadgens=max(1, args.loadgens),
+        )
     console.print(f"kvbench is up ({args.sim_machines} simulated machines)")
     console.print(f"  API      {state.api_url}   (OpenAPI: {state.api_url}/openapi.json)")
     console.print(f"  reports  {state.report_url}/v1/runs/<run_id>/report.html")
@@ -438,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start embedded servers, every service and a simulated cluster")
     up.add_argument("--sim-machines", type=int, default=2)
+    up.add_argument("--loadgens", type=int, default=1, help="load generator processes; each job is split among them")
     up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
     up.add_argument("--database-url", default=None, help="use this PostgreSQL instead of starting one")
     up.set_defaults(func=cmd_up)

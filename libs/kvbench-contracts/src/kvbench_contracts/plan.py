@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 __all__ = [
     "Arrivals",
@@ -129,8 +129,8 @@ class Arrivals(StrictModel):
     mode: Literal["closed_loop", "request_rate", "trace"] = Field(
         "closed_loop", description="Closed loop users, a request rate, or the trace's own timestamps"
     )
-    users: list[int] | None = Field(None, description="closed_loop: concurrent users per load level")
-    rates: list[float] | None = Field(None, description="request_rate: requests/s per load level")
+    users: list[PositiveInt] | None = Field(None, description="closed_loop: concurrent users per load level")
+    rates: list[PositiveFloat] | None = Field(None, description="request_rate: requests/s per load level")
     distribution: Literal["poisson", "gamma"] = Field("poisson", description="request_rate: inter-arrival distribution")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape; 1.0 = Poisson, lower = burstier")
     max_concurrency: int | None = Field(None, ge=1, description="Cap on requests in flight")

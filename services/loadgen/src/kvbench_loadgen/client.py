@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 __all__ = ["StreamResult", "stream_completion"]
+
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -48,10 +50,14 @@ async def stream_completion(
     headers: dict[str, str] | None = None,
 ) -> StreamResult:
     url = f"{base_url}/v1/chat/completions" if chat else f"{base_url}/v1/completions"
-    body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+    # orjson: a long prompt (tens of thousands of words) encodes several times faster than with json.dumps
+    body = orjson.dumps({**payload, "stream": True, "stream_options": {"include_usage": True}})
     result = StreamResult(t0=time.monotonic())
     try:
-        async with asyncio.timeout(timeout_s), session.post(url, json=body, headers=headers) as response:
+        async with (
+            asyncio.timeout(timeout_s),
+            session.post(url, data=body, headers={**_JSON, **(headers or {})}) as response,
+        ):
             if response.status != 200:
                 result.error = f"http_{response.status}"
                 await response.read()
@@ -64,7 +70,7 @@ async def stream_completion(
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     break
-                event = json.loads(data)
+                event = orjson.loads(data)
                 text = _content(event)
                 if text:
                     result.chunk_times.append(now)
@@ -80,7 +86,7 @@ async def stream_completion(
         result.error = "timeout"
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionResetError):
         result.error = "connection_reset"
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+    except (orjson.JSONDecodeError, UnicodeDecodeError, AttributeError):
         result.error = "bad_stream"
     if result.error is None and not result.chunk_times:
         result.error = "empty_stream"

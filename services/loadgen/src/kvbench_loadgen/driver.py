@@ -134,6 +134,8 @@ class Driver:
             bounded = cfg.duration_s > 0
             self._deadline = self.load_t0 + cfg.duration_s if bounded else float("inf")
             if cfg.mode == "request_rate":
+                if not bounded and not self.source.finite:
+                    raise ValueError("a request rate on an endless shape needs a length: set traffic.duration_s")
                 main = asyncio.ensure_future(self._open_loop())
             elif cfg.mode == "trace":
                 main = asyncio.ensure_future(self._trace())
@@ -297,13 +299,36 @@ class Driver:
     async def _trace(self) -> None:
         in_flight: set[asyncio.Task[None]] = set()
         lags = self.result.replay_lags_s
-        while (session := self.source.next_session(0)) is not None:
-            at = self.load_t0 + (session.start_at_s or 0.0)
+        ahead: deque[Session] = deque()  # sessions whose prompts are already built, in schedule order
+        exhausted = False
+
+        def start_of(session: Session) -> float:
+            return self.load_t0 + (session.start_at_s or 0.0)
+
+        while True:
+            if not ahead:
+                first = None if exhausted else self.source.next_session(0)
+                if first is None:
+                    break
+                first.next_turn()
+                ahead.append(first)
+            at = start_of(ahead[0])
             if at >= self._deadline:
                 break
+            # spend the wait building upcoming prompts (a long novel one takes tens of ms): a burst of requests
+            # tied to one timestamp then leaves at once instead of each waiting for the next one's text
+            while not exhausted and len(ahead) < 1024 and at - time.monotonic() > 0.05:
+                upcoming = self.source.next_session(0)
+                if upcoming is None:
+                    exhausted = True
+                    break
+                upcoming.next_turn()
+                ahead.append(upcoming)
+                await asyncio.sleep(0)  # let the requests already sent read their streams in between
             delay = at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            session = ahead.popleft()
             lags.append(max(0.0, time.monotonic() - at))
             task = asyncio.create_task(self._session(session))
             in_flight.add(task)

@@ -172,10 +172,16 @@ class TraceSession(Session):
         super().__init__(session_id)
         self.start_at_s = row.at_s
         self._row, self._fmt, self._block_tokens = row, fmt, block_tokens
+        self._built: Turn | None = None
 
     def next_turn(self) -> Turn | None:
         if self.turn > 0:
             return None
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    def _build(self) -> Turn:
         row = self._row
         if row.hash_ids:
             prompt = mooncake_prompt(row, self._block_tokens)

@@ -217,6 +217,14 @@ def _measurement_rules(
             "Set measurement.load_duration_s within 120..14400.",
             "measurement.load_duration_s",
         )
+    endless = shape in ("synthetic_sessions", "shared_prompt", "per_user_history")
+    if traffic.arrivals.mode == "request_rate" and endless and not traffic.duration_s:
+        err(
+            "missing_field",
+            f"A request rate on the {shape} shape never runs out of sessions, so it needs a length",
+            "Set traffic.duration_s.",
+            "traffic.duration_s",
+        )
     needs = {"trace_replay": ("trace", traffic.trace), "document_reuse": ("documents", traffic.documents)}
     if shape in needs and needs[shape][1] is None:
         key = needs[shape][0]
