@@ -5,6 +5,12 @@ monotonic clock, when it wrote each chunk; the client (one core) records when ea
 client-observed TTFT - (server's first write - client send), i.e. what the client adds on top of the network;
 ITL error = client-observed gap - server's gap, per chunk. Goals (issue 5): >= 2,000 requests/s on one core;
 TTFT error <= 1 ms p50 / 5 ms p99 and ITL error <= 1 ms p99 at 50 streams.
+
+Then the whole driver (what `kvbench load` and the service run): a Poisson rate of 2,000 requests/s for 5 s
+(achieved share of the target); 1,000 closed-loop users on slow streams (TTFT 500 ms, 16 tokens 100 ms apart)
+in a separate process (how long until the server has seen all 1,000 requests, TTFT error, the process's peak
+RSS); and `kvbench load`'s start-up: from exec to the server reading its first request. Every process here
+shares the machine's CLOCK_MONOTONIC, so server and client times compare directly.
 """
 
 from __future__ import annotations
@@ -30,9 +36,15 @@ def serve(port: int, ttft_s: float, itl_s: float, results: Any) -> None:
     async def dump(_: web.Request) -> web.Response:
         return web.json_response({"received": server.received, "sent": server.sent})
 
+    async def forget(_: web.Request) -> web.Response:
+        server.received.clear()
+        server.sent.clear()
+        return web.json_response({})
+
     app = server.app()
-    app.add_routes([web.get("/dump", dump)])
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    app.add_routes([web.get("/dump", dump), web.get("/forget", forget)])
+    # a backlog for 1,000 connections opened at once (the default 128 turns the rest into 1 s SYN retries)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, backlog=4096)
 
 
 async def drive(base: str, streams: int, requests: int, output_tokens: int) -> tuple[float, list[dict[str, Any]]]:
@@ -94,6 +106,121 @@ def main() -> None:
         )
 
 
+def drive_process(base: str, mode: str, level: float, duration_s: float, out: Any) -> None:
+    """The driver in its own process (so its memory is its own), reporting records and peak RSS."""
+    import resource  # noqa: PLC0415
+
+    import uvloop  # noqa: PLC0415
+
+    from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
+    from kvbench_loadgen.driver import DriveConfig, Driver  # noqa: PLC0415
+    from kvbench_loadgen.routing import Router  # noqa: PLC0415
+    from kvbench_loadgen.workload import build_source  # noqa: PLC0415
+
+    traffic = {"shape": "shared_prompt", "synthetic": {"prefix_tokens": 16, "output_tokens": 16}}
+    users = int(level) if mode == "closed_loop" else 1
+    source = build_source(traffic, users=users)
+    config = DriveConfig(
+        job_id="b",
+        workload="b",
+        model="mock",
+        mode=mode,
+        load_level=level,
+        duration_s=duration_s,  # type: ignore[arg-type]
+    )
+    records: list[Any] = []
+    router = Router([EngineEndpoint(node_id="n", engine_id="e", base_url=base, metrics_url=base)], "round_robin")
+    driver = Driver(config, source, router, records.append)
+    result = uvloop.run(driver.run())
+    out.put(
+        {
+            "t0": driver.load_t0,
+            "records": [(r.start_s, r.ttft_s, r.ok, r.request_id) for r in records],
+            "requests": result.requests,
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    )
+
+
+def driver_benchmarks() -> None:
+    ctx = multiprocessing.get_context("spawn")
+
+    def with_server(ttft: float, itl: float) -> tuple[Any, str]:
+        port = free_port()
+        proc = ctx.Process(target=serve, args=(port, ttft, itl, None), daemon=True)
+        proc.start()
+        wait_port(port)
+        return proc, f"http://127.0.0.1:{port}"
+
+    # open loop at 2,000 requests/s
+    server, base = with_server(0.0, 0.0)
+    out = ctx.Queue()
+    client = ctx.Process(target=drive_process, args=(base, "request_rate", 2000.0, 5.0, out))
+    client.start()
+    got = out.get(timeout=120)
+    client.join()
+    server.terminate()
+    sent_in_window = sum(1 for start, _, _, _ in got["records"] if start < 5.0)
+    print(
+        f"driver, Poisson 2,000 requests/s for 5 s: {sent_in_window:,} sent = {sent_in_window / 5.0:,.0f} requests/s "
+        f"({sent_in_window / 10_000:.1%} of the target; goal >= 99%), "
+        f"{sum(1 for r in got['records'] if r[2]):,} ok"
+    )
+    # 1,000 slow streams
+    server, base = with_server(0.5, 0.1)
+    client = ctx.Process(target=drive_process, args=(base, "closed_loop", 1000, 0.0, out))
+    client.start()
+    got = out.get(timeout=300)
+    client.join()
+    truth = json.loads(aiohttp_get(f"{base}/dump"))
+    server.terminate()
+    received = sorted(truth["received"].values())
+    opened_s = received[-1] - got["t0"] if received else float("nan")
+    err = []
+    for start, ttft, ok, request_id in got["records"]:
+        sent = truth["sent"].get(request_id)
+        if ok and ttft is not None and sent:  # client TTFT minus (server's first write - client send)
+            err.append((ttft - (sent[0] - (got["t0"] + start))) * 1e3)
+    print(
+        f"driver, 1,000 slow streams (TTFT 500 ms, 16 x 100 ms): all {len(received):,} requests at the server "
+        f"{opened_s:.2f} s after the load start (goal <= 1 s); TTFT error p50 {np.percentile(err, 50):.1f} ms "
+        f"p99 {np.percentile(err, 99):.1f} ms (goal p50 <= 20) over {len(err):,} matched; "
+        f"client peak RSS {got['rss_mb']:.0f} MB (goal < 150)"
+    )
+
+
+def startup() -> None:
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    ctx = multiprocessing.get_context("spawn")
+    port = free_port()
+    proc = ctx.Process(target=serve, args=(port, 0.0, 0.0, None), daemon=True)
+    proc.start()
+    wait_port(port)
+    base = f"http://127.0.0.1:{port}"
+    times = []
+    for _ in range(3):
+        with tempfile.NamedTemporaryFile(suffix=".jsonl") as records:
+            t0 = time.monotonic()
+            command = [sys.executable, "-c", "from kvbench_cli.entry import main; main()", "load"]
+            command += ["--endpoint", base, "--model", "mock", "--users", "1", "--shape", "shared_prompt"]
+            command += ["--records", records.name, "--quiet", "--json"]
+            subprocess.run(
+                command,
+                check=True,
+                capture_output=True,
+            )
+            truth = json.loads(aiohttp_get(f"{base}/dump"))
+            first = min(v for k, v in truth["received"].items())
+            times.append(first - t0)
+            aiohttp_get(f"{base}/forget")
+    proc.terminate()
+    print(f"kvbench load start-up (exec to first request at the server): {', '.join(f'{t:.2f}' for t in times)} s "
+          "(goal < 1 s)")  # fmt: skip
+
+
 def aiohttp_get(url: str) -> str:
     async def fetch() -> str:
         async with aiohttp.ClientSession() as session, session.get(url) as response:
@@ -104,3 +231,5 @@ def aiohttp_get(url: str) -> str:
 
 if __name__ == "__main__":
     main()
+    driver_benchmarks()
+    startup()

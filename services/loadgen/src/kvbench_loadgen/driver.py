@@ -72,6 +72,7 @@ def to_record(
     turn: int | None,
     prompt_tokens: int,
     shard: str,
+    request_id: str | None = None,
 ) -> RequestRecord:
     chunk_times = [t - result.t0 for t in result.chunk_times]
     output_tokens = result.output_tokens if result.output_tokens is not None else sum(result.chunk_tokens)
@@ -79,7 +80,7 @@ def to_record(
     if output_tokens == len(chunk_tokens):
         chunk_tokens = [1] * len(chunk_tokens)
     return RequestRecord(
-        request_id=new_id(),
+        request_id=request_id or new_id(),
         job_id=job_id,
         workload=workload,
         session_id=session_id,
@@ -167,27 +168,35 @@ class Driver:
             payload["prompt"] = turn.prompt
         endpoint = self.router.pick(session.session_id, turn.head())
         number = session.turn
+        # the record's id goes out as X-Request-Id: vLLM and SGLang use it as their request id, so engine logs
+        # and the mock server's ground truth can be matched to the record
+        request_id = new_id()
         started = time.monotonic()
         try:
             if self._limit is not None:
                 async with self._limit:
-                    result = await self._stream(endpoint.base_url, payload, turn.chat)
+                    result = await self._stream(endpoint.base_url, payload, turn.chat, request_id)
             else:
-                result = await self._stream(endpoint.base_url, payload, turn.chat)
+                result = await self._stream(endpoint.base_url, payload, turn.chat, request_id)
         except asyncio.CancelledError:
             # cut off at the end of the drain time: a timeout, recorded (it may lie in the window)
-            self._emit(session, number, turn, StreamResult(t0=started, error="timeout"))
+            self._emit(session, number, turn, StreamResult(t0=started, error="timeout"), request_id)
             raise
-        self._emit(session, number, turn, result)
+        self._emit(session, number, turn, result, request_id)
         session.record(turn, "".join(result.text), result.ok)
 
-    async def _stream(self, base_url: str, payload: dict[str, object], chat: bool) -> StreamResult:
+    async def _stream(self, base_url: str, payload: dict[str, object], chat: bool, request_id: str) -> StreamResult:
         assert self._http is not None
         return await stream_completion(
-            self._http, base_url, payload, chat=chat, timeout_s=self.config.request_timeout_s
+            self._http,
+            base_url,
+            payload,
+            chat=chat,
+            timeout_s=self.config.request_timeout_s,
+            headers={"X-Request-Id": request_id},
         )
 
-    def _emit(self, session: Session, number: int, turn: Turn, result: StreamResult) -> None:
+    def _emit(self, session: Session, number: int, turn: Turn, result: StreamResult, request_id: str) -> None:
         cfg = self.config
         record = to_record(
             result,
@@ -198,6 +207,7 @@ class Driver:
             turn=number,
             prompt_tokens=turn.prompt_tokens,
             shard=cfg.shard,
+            request_id=request_id,
         )
         self.on_record(record)
         self.result.requests += 1

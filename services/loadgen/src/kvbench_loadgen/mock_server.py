@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     server = MockServer(MockTiming(args.ttft_ms / 1000, args.itl_ms / 1000, args.tokens_per_chunk))
     server.keep_log = False
-    web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None)
+    web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None, backlog=4096)
 
 
 if __name__ == "__main__":
