@@ -30,6 +30,7 @@ __all__ = ["COUNTERS", "build_report", "counter_deltas", "records_complete"]
 SHORT_WINDOW_S = 300.0
 ERROR_BUDGET = 0.05
 UNSTABLE_CV = 0.30
+REPLAY_LAG_S = 0.5  # a trace replay later than this at p99 no longer has the trace's arrival pattern
 COUNTERS = NORMALIZED_COUNTERS
 SOURCES = PROMPT_TOKEN_SOURCES
 
@@ -141,6 +142,16 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
             (invalid if ach["ratio"] < 0.90 else preliminary).append(
                 f"job {j['job_id']} achieved {ach['achieved_rps']:.2f} of {ach['offered_rps']:.2f} requests/s "
                 f"({ach['ratio']:.0%})"
+            )
+        lag = j.get("replay_lag_p99_s")
+        if lag is not None and lag > REPLAY_LAG_S:
+            preliminary.append(
+                f"job {j['job_id']}: the replay fell behind its schedule (p99 lag {lag * 1e3:.0f} ms, "
+                f"above {REPLAY_LAG_S * 1e3:.0f} ms)"
+            )
+        if j.get("skipped_arrivals"):
+            preliminary.append(
+                f"job {j['job_id']}: {j['skipped_arrivals']} arrivals found every session busy and none left to open"
             )
         if j.get("stability_cv") is not None and j["stability_cv"] > UNSTABLE_CV:
             preliminary.append(
@@ -309,6 +320,10 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "reason": job["reason"],
             "requests": counts.get(job["job_id"], 0),
             "tokenizer": job["tokenizer"],
+            "shards": job["shards"],
+            "skipped_arrivals": job["skipped_arrivals"],
+            "replay_lag_p99_s": job["replay_lag_p99_s"],
+            "load_notes": json.loads(job["notes"]) if isinstance(job["notes"], str) else list(job["notes"] or []),
         }
         if job["status"] == "succeeded" and job["load_duration_s"] is not None:
             job_figures, measured = _job_figures(spec, job, await store.job_columns(run_id, job["job_id"]))

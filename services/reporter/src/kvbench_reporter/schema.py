@@ -60,6 +60,10 @@ class Job(_Open):
     repeat: int = Field(description="Repeat index, from 0")
     status: str = Field(description="succeeded, failed, ...")
     requests: int = Field(description="Rows stored for the job")
+    shards: int = Field(1, description="Load generator shards that shared the job")
+    skipped_arrivals: int = Field(0, description="Rate mode: arrivals that found no session to send")
+    replay_lag_p99_s: float | None = Field(None, description="Trace mode: p99 of actual minus scheduled send time, s")
+    load_notes: list[str] = Field(default_factory=list, description="What the load generator said about its input")
 
 
 class Workload(_Open):
