@@ -28,10 +28,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--gpu", default="L40S")
     serve.add_argument("--tensor-parallel-size", type=int, default=1)
     serve.add_argument("--no-enable-prefix-caching", dest="prefix_caching", action="store_false")
-    serve.add_argument("--block-size", type=int, default=16)
+    serve.add_argument("--block-size", type=int, default=None)
     serve.add_argument("--max-num-seqs", type=int, default=256)
     serve.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    serve.add_argument("--gpu-memory-utilization", type=float, default=None)
     serve.add_argument("--kv-cache-gb", type=float, default=None)
     serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
     serve.add_argument("--seed", type=int, default=0)
@@ -60,10 +60,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"kvbench-sim: {exc}\n")
         raise SystemExit(2) from None
     # the same line vLLM prints; the node agent reads the effective block size from it
-    log.info("Setting attention block size to %d tokens", profile.engine.block_size)
+    log.info("Setting attention block size to %d tokens", profile.block_size)
     log.info(
         "GPU KV cache size: %d tokens (%d blocks); prefix caching %s",
-        engine.pool.num_blocks * profile.engine.block_size,
+        engine.pool.num_blocks * profile.block_size,
         engine.pool.num_blocks,
         "on" if profile.engine.prefix_caching else "off",
     )

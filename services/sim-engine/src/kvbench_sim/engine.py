@@ -1,4 +1,5 @@
-"""The engine core in virtual time: continuous batching with chunked prefill, prefix cache, preemption.
+"""The engine core in virtual time: continuous batching with chunked prefill, prefix cache, preemption,
+KV tiers (loads hold a request back until they land; stores are asynchronous), restarts with a cold start.
 
 The core never sleeps and never touches asyncio: ``schedule`` picks the next step and returns its
 duration; ``complete`` applies it at a virtual time and returns what happened. The server paces
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 from kvbench_sim.blocks import BlockPool, chain_hashes
 from kvbench_sim.profiles import Profile
+from kvbench_sim.tiers import Tier, Transfer
 from kvbench_sim.timing import StepTimer
 
 __all__ = ["Engine", "EngineCounters", "SimRequest", "StepPlan", "TokenEvent"]
@@ -32,6 +34,10 @@ class SimRequest:
     admitted: bool = False
     first_token_s: float | None = None
     finished: bool = False
+    loads_pending: int = 0
+    loaded_to: int = 0  # tokens that will be computed once the pending loads land
+    sources: dict[str, int] = field(default_factory=dict)  # cached tokens by where they came from
+    chunk_hashes: dict[int, list[int]] = field(default_factory=dict)  # per tier chunk size
 
     @property
     def prompt_len(self) -> int:
@@ -65,26 +71,151 @@ class EngineCounters:
     prefix_hits: int = 0
     preemptions: int = 0
     requests_finished: int = 0
+    tier_hits: dict[str, int] = field(default_factory=dict)  # tokens loaded from each tier
+    tier_load_bytes: dict[str, float] = field(default_factory=dict)
+    tier_store_bytes: dict[str, float] = field(default_factory=dict)
+    restarts: int = 0
 
 
 class Engine:
-    def __init__(self, profile: Profile, seed: int = 0) -> None:
+    def __init__(self, profile: Profile, seed: int = 0, shared_stores: dict[str, Tier] | None = None) -> None:
         self.profile = profile
-        self.block_size = profile.engine.block_size
+        self.block_size = profile.block_size
         self.pool = BlockPool(profile.gpu_kv_blocks)
         self.timer = StepTimer(profile, seed)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
+        self.loading: list[SimRequest] = []
         self.counters = EngineCounters()
+        self.clock_s = 0.0
+        model = profile.model
+        self.tiers: list[Tier] = []
+        for config in profile.engine.tiers:
+            if config.store_id and shared_stores is not None and config.store_id in shared_stores:
+                self.tiers.append(shared_stores[config.store_id])
+                continue
+            tier = Tier(config, self.block_size, model.kv_bytes_per_token, profile.state_bytes_per_block)
+            if config.store_id and shared_stores is not None:
+                shared_stores[config.store_id] = tier
+            self.tiers.append(tier)
+        self._chunk_sizes = sorted({t.chunk_tokens for t in self.tiers})
+        self.cold = profile.engine.cold_start
+        self._first_step_pending = True
+        self._seen_shapes: set[int] = set()
+        self.serving_from_s = self.cold.fixed_s
+
+    # -- restart ----------------------------------------------------------------------------------
+    def restart(self, now_s: float) -> None:
+        """A new engine process: GPU blocks and host tiers are gone, disk and shared tiers stay; the engine
+        serves after its fixed start time and pays a first-use penalty per new prefill shape."""
+        for req in [*self.running, *self.waiting, *self.loading]:
+            req.finished = True
+        self.running, self.waiting, self.loading = [], deque(), []
+        self.pool = BlockPool(self.profile.gpu_kv_blocks)
+        for tier in self.tiers:
+            if tier.name == "host":
+                tier.clear()
+        self._first_step_pending = True
+        self._seen_shapes = set()
+        self.serving_from_s = now_s + self.cold.fixed_s
+        self.clock_s = now_s
+        self.counters.restarts += 1
+
+    # -- tiers ------------------------------------------------------------------------------------
+    def next_transfer_s(self) -> float | None:
+        """When the next load or store lands (a runner must call ``advance`` then)."""
+        times = [t for t in (tier.link.next_done_s(self.clock_s) for tier in self.tiers) if t is not None]
+        return min(times) if times else None
+
+    def advance(self, now_s: float) -> None:
+        """Apply every transfer that has landed by ``now_s``."""
+        self.clock_s = max(self.clock_s, now_s)
+        for tier in self.tiers:
+            for transfer in tier.link.landed(now_s):
+                self._landed(tier, transfer)
+
+    def _landed(self, tier: Tier, transfer: Transfer) -> None:
+        kind = transfer.key
+        if kind == "store":
+            assert isinstance(transfer.on_done, tuple)
+            tier.commit(transfer.on_done)
+            return
+        req = transfer.on_done
+        assert isinstance(req, SimRequest)
+        req.loads_pending -= 1
+        if req.loads_pending == 0 and not req.finished:
+            self.loading.remove(req)
+            req.num_computed = req.loaded_to
+            self._register_full_blocks(req)
+            self.waiting.appendleft(req)  # first in line: its KV is in GPU blocks already
+
+    def _tier_lookup(self, req: SimRequest, gpu_tokens: int) -> int:
+        """Start loads for the part of the prompt the tiers hold beyond the GPU hit; returns the tokens
+        the request will have once they land (``gpu_tokens`` when the tiers hold nothing more)."""
+        if not self.tiers:
+            return gpu_tokens
+        covered = gpu_tokens
+        limit = req.prompt_len - 1  # at least one token is computed, as in vLLM
+        plan: list[tuple[Tier, int, int]] = []
+        for tier in self.tiers:
+            hashes = self._chunk_hashes(req, tier.chunk_tokens)
+            reach = min(tier.longest_prefix(hashes) * tier.chunk_tokens, limit // tier.chunk_tokens * tier.chunk_tokens)
+            if reach > covered:
+                first_chunk = covered // tier.chunk_tokens
+                plan.append((tier, first_chunk, reach // tier.chunk_tokens))
+                tier.touch(hashes[: reach // tier.chunk_tokens])
+                covered = reach
+        if not plan:
+            return gpu_tokens
+        if not self._grow(req, covered):
+            return -1  # no GPU blocks to load into yet
+        for tier, first, last in plan:
+            tokens = (last - first) * tier.chunk_tokens
+            tier.load(self.clock_s, last - first, "load", req)
+            req.loads_pending += 1
+            self.counters.tier_hits[tier.name] = self.counters.tier_hits.get(tier.name, 0) + tokens
+            self.counters.tier_load_bytes[tier.name] = (
+                self.counters.tier_load_bytes.get(tier.name, 0.0) + (last - first) * tier.bytes_per_chunk
+            )
+            gained = min(last * tier.chunk_tokens, covered) - max(first * tier.chunk_tokens, gpu_tokens)
+            req.sources[tier.name] = req.sources.get(tier.name, 0) + max(0, gained)
+        req.loaded_to = covered
+        return covered
+
+    def _chunk_hashes(self, req: SimRequest, chunk_tokens: int) -> list[int]:
+        if chunk_tokens == self.block_size and req.hashes:
+            return req.hashes
+        if chunk_tokens not in req.chunk_hashes:
+            req.chunk_hashes[chunk_tokens] = chain_hashes(req.prompt, chunk_tokens)
+        return req.chunk_hashes[chunk_tokens]
+
+    def _store(self, req: SimRequest) -> None:
+        """After a prefill: whole chunks go to every tier, asynchronously (write-through, like LMCache)."""
+        for tier in self.tiers:
+            hashes = self._chunk_hashes(req, tier.chunk_tokens)[: req.prompt_len // tier.chunk_tokens]
+            transfer = tier.store(self.clock_s, hashes, "store")
+            if transfer is not None:
+                self.counters.tier_store_bytes[tier.name] = (
+                    self.counters.tier_store_bytes.get(tier.name, 0.0) + transfer.remaining_bytes
+                )
 
     # -- intake -------------------------------------------------------------------------------
     def add(self, request: SimRequest) -> None:
-        if self.profile.engine.prefix_caching:
+        if self.profile.engine.prefix_caching or self.tiers:
             request.hashes = chain_hashes(request.prompt, self.block_size)
         self.waiting.append(request)
 
+    def add_transferred(self, request: SimRequest) -> None:
+        """P/D decode side: the prompt's KV arrived from a prefill engine; only the last token is computed here."""
+        if self.profile.engine.prefix_caching or self.tiers:
+            request.hashes = chain_hashes(request.prompt, self.block_size)
+        request.loaded_to = request.prompt_len - 1
+        request.sources["transferred"] = request.loaded_to
+        request.cached_tokens = request.loaded_to
+        self.waiting.appendleft(request)
+
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.loading)
 
     def abort(self, request_id: str) -> None:
         for req in list(self.running):
@@ -92,6 +223,11 @@ class Engine:
                 self.running.remove(req)
                 self._free(req)
         self.waiting = deque(r for r in self.waiting if r.request_id != request_id)
+        for req in list(self.loading):
+            if req.request_id == request_id:
+                req.finished = True
+                self.loading.remove(req)
+                self._free(req)
 
     # -- scheduling ---------------------------------------------------------------------------
     def _blocks_for(self, tokens: int) -> int:
@@ -124,7 +260,11 @@ class Engine:
         self.waiting.appendleft(victim)
         return True
 
-    def schedule(self) -> StepPlan | None:
+    def schedule(self, now_s: float | None = None) -> StepPlan | None:
+        if now_s is not None:
+            self.advance(now_s)
+        if self.clock_s < self.serving_from_s:
+            return None  # still starting
         cfg = self.profile.engine
         budget = cfg.max_num_batched_tokens
         prefill: list[tuple[SimRequest, int]] = []
@@ -153,17 +293,40 @@ class Engine:
                 budget -= 1
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = self.waiting[0]
+            if not req.admitted and req.sources.get("transferred"):
+                if not self._grow(req, req.loaded_to):
+                    break
+                req.num_computed = req.loaded_to
+                self.counters.prompt_tokens += req.prompt_len
+                self.counters.tier_hits["transferred"] = self.counters.tier_hits.get("transferred", 0) + req.loaded_to
+                req.admitted = True
             if not req.admitted:
                 max_hit_blocks = (req.prompt_len - 1) // self.block_size
-                hit = self.pool.match(req.hashes[:max_hit_blocks])
+                hit = self.pool.match(req.hashes[:max_hit_blocks]) if cfg.prefix_caching else []
                 self.pool.touch(hit)
                 req.blocks = list(hit)
                 req.num_computed = len(hit) * self.block_size
-                req.cached_tokens = req.num_computed
+                if req.num_computed:
+                    req.sources["device"] = req.num_computed
                 self.counters.prefix_queries += req.prompt_len
-                self.counters.prefix_hits += req.cached_tokens
+                self.counters.prefix_hits += req.num_computed
                 self.counters.prompt_tokens += req.prompt_len
                 req.admitted = True
+                target = self._tier_lookup(req, req.num_computed)
+                if target < 0:
+                    req.admitted = False  # wait for free blocks, then look up again
+                    self.pool.release(req.blocks)
+                    req.blocks, req.num_computed = [], 0
+                    req.sources.clear()
+                    self.counters.prefix_queries -= req.prompt_len
+                    self.counters.prefix_hits -= len(hit) * self.block_size
+                    self.counters.prompt_tokens -= req.prompt_len
+                    break
+                req.cached_tokens = target
+                if req.loads_pending:
+                    self.waiting.popleft()
+                    self.loading.append(req)
+                    continue
             chunk = min(req.prompt_len - req.num_computed, budget)
             if not self._grow(req, req.num_computed + chunk):
                 break  # wait for blocks to free up; the request keeps its hit blocks
@@ -175,10 +338,26 @@ class Engine:
             return None
         chunks = [(c, r.num_computed) for r, c in prefill]
         ctx_sum = sum(r.prompt_len + r.output for r in decode)
-        return StepPlan(prefill, decode, self.timer.step_s(chunks, ctx_sum, len(decode)))
+        duration = self.timer.step_s(chunks, ctx_sum, len(decode)) + self._cold_penalty_s(chunks)
+        return StepPlan(prefill, decode, duration)
+
+    def _cold_penalty_s(self, chunks: list[tuple[int, int]]) -> float:
+        """A restarted engine compiles and tunes each new prefill shape on first use (simulator.md §4)."""
+        cold = self.cold
+        penalty = 0.0
+        if self._first_step_pending:
+            penalty += cold.first_request_s
+            self._first_step_pending = False
+        for tokens, _ in chunks:
+            shape = 1 << max(0, math.ceil(math.log2(max(tokens, 1))))
+            if shape not in self._seen_shapes:
+                self._seen_shapes.add(shape)
+                penalty += cold.first_use_ms_per_token * tokens / 1e3
+        return penalty
 
     # -- completion ---------------------------------------------------------------------------
     def complete(self, plan: StepPlan, now_s: float) -> list[TokenEvent]:
+        self.clock_s = max(self.clock_s, now_s)
         events: list[TokenEvent] = []
         for req, chunk in plan.prefill:
             if req.finished or req not in self.running:
@@ -186,6 +365,8 @@ class Engine:
             req.num_computed += chunk
             self._register_full_blocks(req)
             if not req.in_prefill:
+                if self.tiers:
+                    self._store(req)
                 events.append(self._emit(req, now_s))
         for req in plan.decode:
             if req.finished or req not in self.running:

@@ -63,10 +63,15 @@ class PacedEngine:
 
     async def _run(self) -> None:
         while True:
-            plan = self.engine.schedule()
+            plan = self.engine.schedule(max(self._clock_s, self.now_s()))
             if plan is None:
+                # idle: wait for a request, a KV transfer landing or the end of a (re)start, whichever is first
+                wake_at = [t for t in (self.engine.next_transfer_s(), self.engine.serving_from_s) if t is not None]
+                future = [t for t in wake_at if t > self.now_s()]
                 self._wake.clear()
-                await self._wake.wait()
+                timeout = (min(future) - self.now_s()) / self.speed if future else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
                 continue
             start = max(self._clock_s, self.now_s())
             end = start + plan.duration_s

@@ -32,15 +32,23 @@ class StepTimer:
         if tokens == 0:
             return 0.0
         mfu = eff.mfu_max * tokens / (tokens + eff.t_half)
-        t_lin = max(2 * model.params_active * tokens / (flops * mfu), model.weight_bytes / bw)
-        attn_flops = sum(4 * model.layers * model.q_heads * model.head_dim * c * (p + c / 2) for c, p in prefill_chunks)
+        weights_read = model.weight_bytes
+        moe_overhead = 0.0
+        if model.moe is not None:  # only the experts the batch's tokens route to are read
+            moe = model.moe
+            touched = 1 - (1 - moe.top_k / moe.experts) ** tokens
+            weights_read = model.weight_bytes - moe.expert_bytes + moe.expert_bytes * touched
+            moe_overhead = model.layers * moe.layer_overhead_us / 1e6
+        t_lin = max(2 * model.params_active * tokens / (flops * mfu), weights_read / bw)
+        attn_layers = model.attn_layers or model.layers
+        attn_flops = sum(4 * attn_layers * model.q_heads * model.head_dim * c * (p + c / 2) for c, p in prefill_chunks)
         t_attn = attn_flops / (flops * eff.mfu_attn) + decode_ctx_sum * model.kv_bytes_per_token / bw
         t_comm = 0.0
         if tp > 1:
             act_bytes = tokens * model.q_heads * model.head_dim * 2
             t_comm = 2 * model.layers * (25e-6 + act_bytes / 450e9)
-        fixed = eff.t0_ms / 1e3 + model.layers * eff.tau_layer_us / 1e6
-        if prefill_chunks:
+        fixed = eff.t0_ms / 1e3 + model.layers * eff.tau_layer_us / 1e6 + moe_overhead
+        if any(c > 1 for c, _ in prefill_chunks):  # a one-token chunk (a P/D hand-off's last token) is decode-like
             fixed += eff.prefill_fixed_ms / 1e3
         base = fixed + t_lin + t_attn + t_comm
         if self._sigma:

@@ -1,0 +1,354 @@
+"""Batch (what-if) mode: a whole workload on a simulated cluster in virtual time, with no sleeping.
+
+One event heap drives the load generator's own traffic sources (the same sessions the real load generator
+sends), a router, the engines' step loops, their KV transfers and P/D hand-offs. Every request yields a
+record in the export format, so the figures come from the report's own definitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvbench_contracts.records import RequestRecord
+from kvbench_loadgen.driver import arrival_gaps
+from kvbench_loadgen.sessions import Session, Turn
+from kvbench_loadgen.workload import Source
+from kvbench_sim.engine import Engine, SimRequest, StepPlan
+from kvbench_sim.profiles import Profile, load_profile
+from kvbench_sim.stacks import SimLayout
+from kvbench_sim.text import chat_to_prompt, output_words, tokenize
+from kvbench_sim.tiers import Link, Transfer
+
+__all__ = ["Cluster", "Simulation"]
+
+
+@dataclass
+class _Pending:
+    """A request in flight: who sent it, and what the client has seen so far."""
+
+    session: Session
+    turn: Turn
+    number: int
+    start_s: float
+    prompt: list[str]
+    chunk_times: list[float] = field(default_factory=list)
+    engine: int = -1
+    prefill_engine: int | None = None
+    request: SimRequest | None = None
+
+
+class Cluster:
+    """The engines of one workload (decode-capable ones first, then prefill engines of a split stack)."""
+
+    def __init__(self, layout: SimLayout, gpu: str, model: str, seed: int = 0, routing: str = "round_robin") -> None:
+        self.layout = layout
+        shared: dict[str, Any] = {}
+        self.profile: Profile = load_profile(gpu, model, layout.engine)
+        self.engines = [Engine(self.profile, seed=seed * 1000 + i, shared_stores=shared) for i in range(layout.engines)]
+        self.prefill: list[Engine] = []
+        if layout.prefill_engines and layout.prefill is not None:
+            prefill_profile = load_profile(gpu, model, layout.prefill)
+            self.prefill = [
+                Engine(prefill_profile, seed=seed * 1000 + 500 + i, shared_stores=shared)
+                for i in range(layout.prefill_engines)
+            ]
+        self.pd_link = Link("pd", layout.link_gbps * 1e9)
+        self.routing = routing
+        self._rr = itertools.cycle(range(len(self.engines)))
+        self._rr_prefill = itertools.cycle(range(max(1, len(self.prefill))))
+
+    @property
+    def all_engines(self) -> list[Engine]:
+        return [*self.engines, *self.prefill]
+
+    def pick(self, session_id: str, prompt: list[str]) -> int:
+        n = len(self.engines)
+        if n == 1:
+            return 0
+        if self.routing == "session_affinity":
+            return _stable(session_id) % n
+        if self.routing == "prefix_aware":
+            return _stable(" ".join(prompt[:256])) % n
+        return next(self._rr)
+
+
+def _stable(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+class Simulation:
+    """Runs one job (one load level, one repeat) of a workload against a cluster in virtual time."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        source: Source,
+        *,
+        mode: str,
+        load_level: float,
+        duration_s: float,
+        seed: int = 0,
+        honor_gaps: bool = True,
+        distribution: str = "poisson",
+        burstiness: float = 1.0,
+        max_concurrency: int | None = None,
+        job_id: str = "sim",
+        workload: str = "w",
+        start_s: float = 0.0,
+    ) -> None:
+        self.cluster = cluster
+        self.source = source
+        self.mode = mode
+        self.load_level = load_level
+        self.duration_s = duration_s
+        self.seed = seed
+        self.honor_gaps = honor_gaps
+        self.distribution, self.burstiness = distribution, burstiness
+        self.max_concurrency = max_concurrency
+        self.job_id, self.workload = job_id, workload
+        self.t0 = start_s
+        self.now = start_s
+        self.records: list[RequestRecord] = []
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+        self._busy: set[int] = set()  # engines with a step or wake-up scheduled (index in all_engines)
+        self._wake_at: dict[int, float] = {}
+        self.all_engines = cluster.all_engines
+        self._by_request: dict[str, _Pending] = {}
+        self._request_ids = itertools.count()
+        self._in_flight = 0
+        self._queued: list[tuple[Session, Turn]] = []  # over the concurrency cap
+        self._deadline = start_s + duration_s if duration_s > 0 else float("inf")
+        self.measure_span: list[float] = []
+        self.sources: dict[str, dict[str, int]] = {}  # per request: where its prompt tokens came from
+        self._user_of: dict[int, int] = {}
+
+    # -- event heap ------------------------------------------------------------------------------
+    def _push(self, at: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self._heap, (at, next(self._seq), kind, payload))
+
+    def run(self) -> list[RequestRecord]:
+        self._start_arrivals()
+        while self._heap:
+            at, _, kind, payload = heapq.heappop(self._heap)
+            self.now = at
+            if kind == "send":
+                session, turn = payload
+                self._send(session, turn)
+            elif kind == "step":
+                index, plan = payload
+                self._step_done(index, plan)
+            elif kind == "wake":
+                if self._wake_at.get(payload) == at:
+                    self._wake_at.pop(payload, None)
+                    self._busy.discard(payload)
+                    self._kick(payload)
+            elif kind == "pd":
+                self._pd_landed(payload)
+            elif kind == "arrival":
+                self._arrival(payload)
+            elif kind == "session":
+                self._begin_session(payload)
+            elif kind == "session-ready":
+                self._ready.append(payload)
+            elif kind == "trace":
+                self._next_trace()
+                turn = payload.next_turn()
+                if turn is not None:
+                    self._send(payload, turn)
+        return self.records
+
+    # -- arrivals ---------------------------------------------------------------------------------
+    def _start_arrivals(self) -> None:
+        if self.mode == "request_rate":
+            self._gaps = arrival_gaps(
+                max(self.load_level, 1e-9), self.distribution, self.burstiness, random.Random(f"{self.seed}/sim")
+            )
+            self._ready: list[Session] = []
+            self._opened = 0
+            self._exhausted = False
+            self._push(self.t0 + next(self._gaps), "arrival", None)
+        elif self.mode == "trace":
+            self._next_trace()
+        else:
+            for user in self.source.users:
+                self._push(self.t0, "session", user)
+
+    def _begin_session(self, user: int) -> None:
+        if self.now >= self._deadline:
+            return
+        session = self.source.next_session(user)
+        if session is None:
+            return
+        self._user_of[id(session)] = user
+        self._next_turn(session, first=True)
+
+    def _next_turn(self, session: Session, first: bool = False) -> None:
+        turn = session.next_turn()
+        if turn is None:
+            user = self._user_of.pop(id(session), None)
+            if self.mode == "closed_loop" and user is not None:
+                one_each = self.duration_s <= 0 and not self.source.finite
+                if not one_each:
+                    self._push(self.now, "session", user)
+            return
+        gap = 0.0 if first or not self.honor_gaps else turn.gap_s
+        if self.mode == "request_rate":  # the session waits for an arrival to carry its next turn
+            self._ready_later(session, gap)
+            return
+        if self.now + gap >= self._deadline:
+            return
+        self._push(self.now + gap, "send", (session, turn))
+
+    def _ready_later(self, session: Session, gap: float) -> None:
+        if gap <= 0:
+            self._ready.append(session)
+        else:
+            self._push(self.now + gap, "session-ready", session)
+
+    def _arrival(self, _: None) -> None:
+        if self.now >= self._deadline:
+            return
+        session = self._ready.pop(0) if self._ready else None
+        if session is None and not self._exhausted:
+            session = self.source.next_session(self._opened)
+            self._opened += 1
+            self._exhausted = session is None
+        if session is not None:
+            turn = session.next_turn()
+            if turn is not None:
+                self._send(session, turn)
+        elif self._exhausted and not self._by_request:
+            return
+        self._push(self.now + next(self._gaps), "arrival", None)
+
+    def _next_trace(self) -> None:
+        session = self.source.next_session(0)
+        if session is None:
+            return
+        at = self.t0 + (session.start_at_s or 0.0)
+        if at >= self._deadline:
+            return
+        self._push(at, "trace", session)
+
+    # -- requests -----------------------------------------------------------------------------------
+    def _send(self, session: Session, turn: Turn) -> None:
+        if self.max_concurrency and self._in_flight >= self.max_concurrency:
+            self._queued.append((session, turn))
+            return
+        self._in_flight += 1
+        prompt = tokenize(turn.prompt if turn.prompt is not None else chat_to_prompt(turn.messages or []))
+        rid = f"{self.job_id}-{next(self._request_ids)}"
+        pending = _Pending(session, turn, session.turn, self.now, prompt)
+        self._by_request[rid] = pending
+        cluster = self.cluster
+        if cluster.prefill:
+            index = len(cluster.engines) + next(cluster._rr_prefill)
+            pending.prefill_engine = index
+            pending.engine = cluster.pick(session.session_id, prompt)
+            self.all_engines[index].add(SimRequest(rid, prompt, 1, self.now))
+        else:
+            index = cluster.pick(session.session_id, prompt)
+            pending.engine = index
+            pending.request = SimRequest(rid, prompt, turn.output_tokens, self.now)
+            self.all_engines[index].add(pending.request)
+        self._kick(index)
+
+    def _kick(self, index: int) -> None:
+        if index in self._busy:
+            return
+        engine = self.all_engines[index]
+        plan = engine.schedule(self.now)
+        if plan is not None:
+            self._busy.add(index)
+            self._push(self.now + plan.duration_s, "step", (index, plan))
+            return
+        wake = [t for t in (engine.next_transfer_s(), engine.serving_from_s) if t is not None and t > self.now]
+        if wake:
+            self._busy.add(index)
+            self._wake_at[index] = min(wake)
+            self._push(min(wake), "wake", index)
+
+    def _step_done(self, index: int, plan: StepPlan) -> None:
+        engine = self.all_engines[index]
+        self._busy.discard(index)
+        is_prefill_engine = index >= len(self.cluster.engines)
+        for event in engine.complete(plan, self.now):
+            pending = self._by_request.get(event.request_id)
+            if pending is None:
+                continue
+            if is_prefill_engine:
+                if event.finished:
+                    self._hand_off(event.request_id, pending, engine)
+                continue
+            pending.chunk_times.append(self.now - pending.start_s)
+            if event.finished:
+                self._finish(event.request_id, pending, engine)
+        self._kick(index)
+
+    def _hand_off(self, rid: str, pending: _Pending, prefill: Engine) -> None:
+        """P/D: the prefill engine's KV goes over the link; the decode engine admits it when it lands."""
+        bytes_ = len(pending.prompt) * self.cluster.profile.model.kv_bytes_per_token
+        transfer = Transfer("pd", bytes_, self.cluster.layout.link_setup_ms / 1e3, rid)
+        self.cluster.pd_link.start(self.now, transfer)
+        self._schedule_pd()
+
+    def _schedule_pd(self) -> None:
+        at = self.cluster.pd_link.next_done_s(self.now)
+        if at is not None:
+            self._push(at, "pd", None)
+
+    def _pd_landed(self, _: None) -> None:
+        for transfer in self.cluster.pd_link.landed(self.now):
+            rid = transfer.on_done
+            assert isinstance(rid, str)
+            pending = self._by_request[rid]
+            decode = self.all_engines[pending.engine]
+            request = SimRequest(rid, pending.prompt, pending.turn.output_tokens, self.now)
+            pending.request = request
+            decode.add_transferred(request)
+            self._kick(pending.engine)
+        self._schedule_pd()
+
+    def _finish(self, rid: str, pending: _Pending, engine: Engine) -> None:
+        del self._by_request[rid]
+        self._in_flight -= 1
+        request_cached = pending.request.cached_tokens if pending.request is not None else 0
+        times = pending.chunk_times
+        record = RequestRecord(
+            request_id=rid,
+            job_id=self.job_id,
+            workload=self.workload,
+            session_id=pending.session.session_id,
+            turn=pending.number,
+            start_s=pending.start_s - self.t0,
+            ttft_s=times[0] if times else None,
+            e2e_s=times[-1] if times else None,
+            chunk_times_s=times,
+            chunk_tokens=[1] * len(times),
+            prompt_tokens=len(pending.prompt),
+            output_tokens=len(times),
+            cached_tokens=request_cached,
+            ok=True,
+            shard="sim",
+        )
+        self.records.append(record)
+        if pending.request is not None:
+            known = dict(pending.request.sources)
+            known["recomputed"] = max(0, len(pending.prompt) - sum(known.values()))
+            self.sources[rid] = known
+        if self.source.measure_phases and pending.turn.phase in self.source.measure_phases:
+            end = record.start_s + (record.e2e_s or 0.0)
+            span = self.measure_span
+            span[:] = [min(span[0], record.start_s), max(span[1], end)] if span else [record.start_s, end]
+        reply = " ".join(output_words(pending.prompt, len(times), self.seed))
+        pending.session.record(pending.turn, reply, True)
+        if self._queued:
+            session, turn = self._queued.pop(0)
+            self._send(session, turn)
+        self._next_turn(pending.session)

@@ -1,0 +1,137 @@
+"""Catalog stacks in simulated form: which engines, with which cache settings and tiers (PLAN.md stack ids).
+
+The tier figures are the practical paths, not datasheets (simulator.md section 4): host memory moves at the
+GPU's pinned host-link rate; LMCache's file (L2) adapter is software-bound, fitted to the LMCache study's
+disk-hit TTFT (about 0.3 GB/s and 5 ms per chunk file, one file at a time); network stores move at the NIC's
+rate with a millisecond of RPC per chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench_sim.profiles import ColdStart, EngineConfig, TierConfig, load_profile
+
+__all__ = ["SIM_STACKS", "SimLayout", "layout_for"]
+
+LMCACHE_CHUNK = 256
+LMCACHE_FS = {"bw_gbps": 0.3, "lat_ms": 5.0, "queue_depth": 1}
+
+SIM_STACKS = (
+    "vllm-prefix-off",
+    "vllm-prefix-gpu",
+    "vllm-native-cpu-offload",
+    "vllm-native-shared-fs",
+    "vllm-lmcache-valkey",
+    "vllm-lmcache-mooncake",
+    "vllm-mooncake-store",
+    "vllm-lmcache-mp",
+    "vllm-pd-nixl",
+    "vllm-pd-mooncake",
+    "vllm-pd-nixl-native-offload",
+    "sglang-radix-off",
+    "sglang-radix",
+    "sglang-hicache-host",
+    "sglang-hicache-file",
+    "sglang-hicache-mooncake",
+    "sglang-pd-nixl",
+    "trtllm-reuse-off",
+    "trtllm-reuse",
+    "trtllm-host-offload",
+)
+
+# the GPU profiles' measured restart costs (simulator.md section 4; the LMCache study on GB10)
+COLD_STARTS = {"GB10": ColdStart(first_request_s=0.67, first_use_ms_per_token=0.82)}
+
+
+@dataclass(frozen=True)
+class SimLayout:
+    """Engines of one workload: decode-capable engines, and prefill engines for split stacks."""
+
+    engine: EngineConfig
+    engines: int
+    prefill_engines: int = 0
+    prefill: EngineConfig | None = None
+    link_gbps: float = 25.0  # GB/s between machines (P/D transfers)
+    link_setup_ms: float = 1.0
+    engine_name: str = "vllm"
+
+
+def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
+    """``workload``: the merged workload dict of a plan; ``cluster``: its ``cluster.sim`` section."""
+    stack = str(workload["stack"])
+    if stack not in SIM_STACKS:
+        raise ValueError(f"stack {stack!r} has no simulated form; simulated stacks: {', '.join(SIM_STACKS)}")
+    sizing = workload.get("sizing") or {}
+    engine_spec = workload.get("engine") or {}
+    args = engine_spec.get("args") or {}
+    tp = int(engine_spec.get("tensor_parallel_size", 1))
+    gpu = str(cluster.get("gpu", "L40S"))
+    profile = load_profile(gpu, str(workload.get("model", "Qwen/Qwen3-8B")))
+    machines = int(cluster.get("machines", 2))
+    per_machine = int(sizing.get("gpus_per_machine") or cluster.get("gpus_per_machine", 1))
+    engines = max(1, machines * per_machine // tp)
+    block = _int(args.get("block_size") or args.get("block-size")) or profile.model.attention_block_size
+    host_gb = float(sizing.get("host_memory_gb") or 0) or float(cluster.get("host_memory_gb", 256)) * 0.5
+    nic_gbytes = float(cluster.get("nic_gbps", 200)) / 8 * 0.9
+    disk_gbps = float(cluster.get("disk_gbps", 6))
+    chunk = block if profile.model.attention_block_size else LMCACHE_CHUNK
+
+    def host(chunk_tokens: int | None = None) -> TierConfig:
+        return TierConfig(name="host", capacity_gb=host_gb, bw_gbps=profile.gpu.host_link_gbps, lat_ms=0.05,
+                          chunk_tokens=chunk_tokens, queue_depth=8)  # fmt: skip
+
+    def shared(store_id: str, bw: float, lat_ms: float, chunk_tokens: int | None) -> TierConfig:
+        size = float(sizing.get("shared_store_gb") or 1000)
+        return TierConfig(name="shared", capacity_gb=size, bw_gbps=bw, lat_ms=lat_ms, chunk_tokens=chunk_tokens,
+                          queue_depth=16, store_id=store_id)  # fmt: skip
+
+    tiers: tuple[TierConfig, ...] = ()
+    if stack in (
+        "vllm-native-cpu-offload",
+        "sglang-hicache-host",
+        "trtllm-host-offload",
+        "vllm-pd-nixl-native-offload",
+    ):
+        tiers = (host(),)
+    elif stack == "vllm-lmcache-mp":
+        tiers = (host(chunk),)
+        if workload.get("kv_tier") == "nvme" or sizing.get("disk_tier_gb"):
+            disk_gb = float(sizing.get("disk_tier_gb") or 1000)
+            fs = TierConfig(name="disk", capacity_gb=disk_gb, chunk_tokens=chunk, **LMCACHE_FS)  # type: ignore[arg-type]
+            tiers = (*tiers, fs.model_copy(update={"bw_gbps": min(fs.bw_gbps, disk_gbps)}))
+    elif stack in ("vllm-lmcache-valkey",):
+        tiers = (host(chunk), shared("valkey", min(nic_gbytes, 2.0), 1.0, chunk))
+    elif stack in ("vllm-lmcache-mooncake", "vllm-mooncake-store", "sglang-hicache-mooncake"):
+        tiers = (host(chunk), shared("mooncake", nic_gbytes, 0.5, chunk))
+    elif stack in ("vllm-native-shared-fs", "sglang-hicache-file"):
+        tiers = (host(), shared("shared-fs", min(disk_gbps, nic_gbytes), 0.2, LMCACHE_CHUNK))
+    prefix = not stack.endswith(("-off", "reuse-off"))
+    config = EngineConfig(
+        block_size=block,
+        max_num_seqs=_int(args.get("max_num_seqs") or args.get("max-num-seqs")) or 256,
+        max_num_batched_tokens=_int(args.get("max_num_batched_tokens") or args.get("max-num-batched-tokens")) or 8192,
+        gpu_memory_utilization=_float(args.get("gpu_memory_utilization") or args.get("gpu-memory-utilization")),
+        prefix_caching=prefix,
+        tensor_parallel_size=tp,
+        tiers=tiers,
+        cold_start=COLD_STARTS.get(gpu.upper(), ColdStart()),
+    )
+    name = str(engine_spec.get("name", "vllm"))
+    if "-pd-" in stack:
+        prefill_machines = int(sizing.get("prefill_machines") or 0)
+        prefill_engines = prefill_machines * per_machine // tp if prefill_machines else 0
+        if not prefill_engines:
+            prefill_engines = max(1, int(sizing.get("prefill_gpus") or 1) // tp)
+        decode = max(1, engines - prefill_engines)
+        return SimLayout(config, decode, prefill_engines, config, nic_gbytes, 1.0, name)
+    return SimLayout(config, engines, engine_name=name)
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float | str) and str(value).strip() else None
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float | str) and str(value).strip() else None

@@ -1,0 +1,162 @@
+"""KV tiers behind the GPU: host memory, local disk and shared stores (simulator.md section 3).
+
+A tier holds whole chunks under chained chunk hashes, evicts least recently used first, and moves data
+through a ``Link``: transfers are flows that share its bandwidth fairly (processor sharing), each also
+paying a per-chunk latency divided by the queue depth. Loads keep their request out of the batch until
+they finish (vLLM's WAITING_FOR_REMOTE_KVS); stores are asynchronous and a chunk becomes visible when its
+store completes. Engines that name the same ``store_id`` share one tier object: a shared pool.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvbench_sim.profiles import TierConfig
+
+__all__ = ["Link", "Tier", "Transfer"]
+
+
+@dataclass
+class Transfer:
+    """One flow on a link. ``done_s`` is known only once no later flow can slow it down."""
+
+    key: object
+    remaining_bytes: float
+    latency_s: float
+    on_done: object = None  # what the engine does when it lands (opaque here)
+    finished_at: float | None = None
+
+
+@dataclass
+class Link:
+    """A shared resource (PCIe, NVMe, NIC, store server) with processor-sharing flows."""
+
+    name: str
+    bytes_per_s: float
+    flows: list[Transfer] = field(default_factory=list)
+    last_s: float = 0.0
+    bytes_moved: float = 0.0
+
+    def _advance(self, now_s: float) -> None:
+        if now_s <= self.last_s:
+            return
+        budget = (now_s - self.last_s) * self.bytes_per_s
+        # share fairly, re-splitting as flows finish inside the interval
+        active = [f for f in self.flows if f.remaining_bytes > 0]
+        t = self.last_s
+        while active and budget > 1e-9:
+            share = budget / len(active)
+            smallest = min(f.remaining_bytes for f in active)
+            step = min(share, smallest)
+            for f in active:
+                f.remaining_bytes -= step
+                if f.remaining_bytes <= 1e-6 and f.finished_at is None:
+                    f.finished_at = t + step * len(active) / self.bytes_per_s
+            budget -= step * len(active)
+            t += step * len(active) / self.bytes_per_s
+            active = [f for f in active if f.remaining_bytes > 1e-6]
+        self.last_s = now_s
+
+    def start(self, now_s: float, transfer: Transfer) -> None:
+        self._advance(now_s)
+        self.bytes_moved += transfer.remaining_bytes
+        if transfer.remaining_bytes <= 0:
+            transfer.finished_at = now_s
+        self.flows.append(transfer)
+
+    def next_done_s(self, now_s: float) -> float | None:
+        """When the next flow lands (bandwidth share as of now, plus its latency)."""
+        self._advance(now_s)
+        best: float | None = None
+        moving = [f for f in self.flows if f.remaining_bytes > 1e-6]
+        for f in self.flows:
+            if f.finished_at is not None:
+                at = f.finished_at + f.latency_s
+            else:
+                at = now_s + f.remaining_bytes * len(moving) / self.bytes_per_s + f.latency_s
+            best = at if best is None else min(best, at)
+        return best
+
+    def landed(self, now_s: float) -> list[Transfer]:
+        self._advance(now_s)
+        done = [f for f in self.flows if f.finished_at is not None and f.finished_at + f.latency_s <= now_s + 1e-12]
+        if done:
+            self.flows = [f for f in self.flows if f not in done]
+        return done
+
+
+class Tier:
+    def __init__(self, config: TierConfig, chunk_tokens: int, bytes_per_token: float, state_bytes: float) -> None:
+        self.config = config
+        self.name = config.name
+        self.chunk_tokens = config.chunk_tokens or chunk_tokens
+        self.bytes_per_token = bytes_per_token
+        self.bytes_per_chunk = self.chunk_tokens * bytes_per_token + state_bytes  # hybrid: a state per chunk
+        self.capacity_chunks = max(1, int(config.capacity_gb * 1e9 // self.bytes_per_chunk))
+        self.link = Link(config.name, config.bw_gbps * 1e9)
+        self._chunks: OrderedDict[int, None] = OrderedDict()
+        self._pending: set[int] = set()  # stores in flight: not visible yet, not stored twice
+        self.evictions = 0
+        self.stored_tokens = 0
+        self.loaded_tokens = 0
+
+    # -- lookup -----------------------------------------------------------------------------------
+    def longest_prefix(self, chunk_hashes: Sequence[int]) -> int:
+        """Chunks of the longest stored prefix."""
+        n = 0
+        for h in chunk_hashes:
+            if h not in self._chunks:
+                break
+            n += 1
+        return n
+
+    def touch(self, chunk_hashes: Sequence[int]) -> None:
+        for h in chunk_hashes:
+            if h in self._chunks:
+                self._chunks.move_to_end(h)
+
+    # -- transfers --------------------------------------------------------------------------------
+    def transfer_latency_s(self, chunks: int) -> float:
+        if chunks <= 0:
+            return 0.0
+        return math.ceil(chunks / min(self.config.queue_depth, chunks)) * self.config.lat_ms / 1e3
+
+    def load(self, now_s: float, chunks: int, key: object, on_done: object) -> Transfer:
+        tokens = chunks * self.chunk_tokens
+        transfer = Transfer(key, chunks * self.bytes_per_chunk, self.transfer_latency_s(chunks), on_done)
+        self.link.start(now_s, transfer)
+        self.loaded_tokens += tokens
+        return transfer
+
+    def store(self, now_s: float, chunk_hashes: Sequence[int], key: object) -> Transfer | None:
+        new = [h for h in chunk_hashes if h not in self._chunks and h not in self._pending]
+        if not new:
+            return None
+        self._pending.update(new)
+        transfer = Transfer(key, len(new) * self.bytes_per_chunk, self.transfer_latency_s(len(new)), tuple(new))
+        self.link.start(now_s, transfer)
+        return transfer
+
+    def commit(self, chunk_hashes: Sequence[int]) -> None:
+        """A store landed: its chunks become visible, the least recently used make room."""
+        for h in chunk_hashes:
+            self._pending.discard(h)
+            if h in self._chunks:
+                continue
+            while len(self._chunks) >= self.capacity_chunks:
+                self._chunks.popitem(last=False)
+                self.evictions += 1
+            self._chunks[h] = None
+            self.stored_tokens += self.chunk_tokens
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._pending.clear()
+        self.link.flows.clear()
+
+    @property
+    def usage(self) -> float:
+        return len(self._chunks) / self.capacity_chunks

@@ -1,0 +1,149 @@
+"""``kvbench sim run PLAN.yaml``: every workload, load level and repeat of a plan in batch mode, reported with
+the report's own definitions (no services, no sleeping)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from kvbench_contracts.plan import Plan, Workload
+from kvbench_core.analysis import DEFINITIONS, Slo, analyze
+from kvbench_core.stats import repeat_interval
+from kvbench_loadgen.workload import build_source
+from kvbench_sim.batch import Cluster, Simulation
+from kvbench_sim.stacks import layout_for
+
+__all__ = ["measured_sources", "run_job", "run_plan"]
+
+Progress = Callable[[str], None]
+SOURCE_NAMES = {"host": "host_tier", "disk": "disk_tier", "shared": "shared_store", "transferred": "transferred"}
+
+
+def measured_sources(sim: Simulation, warmup_s: float, load_end_s: float) -> dict[str, int]:
+    """Prompt tokens of the measured requests by where they came from (GPU hit, tiers, a prefill engine,
+    recomputed): the engines' own per-request accounting, summed over the measured window."""
+    out: dict[str, int] = {"gpu_hit": 0, "recomputed": 0}
+    for record in sim.records:
+        if record.start_s < warmup_s or record.start_s + (record.e2e_s or 0.0) > load_end_s:
+            continue
+        for source, tokens in sim.sources.get(record.request_id, {}).items():
+            key = "gpu_hit" if source == "device" else SOURCE_NAMES.get(source, source)
+            out[key] = out.get(key, 0) + tokens
+    return out
+
+
+def run_job(
+    workload: Workload, load_level: float, repeat: int, *, cluster: Cluster | None = None, start_s: float = 0.0
+) -> tuple[dict[str, Any], Cluster, Simulation]:
+    """One job in virtual time; returns its figures, and the cluster (to continue or restart it)."""
+    if workload.cluster.sim is None:
+        raise ValueError(f"workload {workload.name}: batch mode needs a simulated cluster (cluster.sim)")
+    sim_cluster = workload.cluster.sim.model_dump()
+    spec = workload.model_dump(mode="json")
+    layout = layout_for(spec, sim_cluster)
+    if cluster is None:
+        cluster = Cluster(layout, sim_cluster["gpu"], workload.model, seed=repeat, routing=workload.measurement.routing)
+    traffic = workload.traffic.model_dump(mode="json")
+    arrivals = traffic["arrivals"]
+    mode = arrivals["mode"]
+    duration = workload.effective_load_duration_s()
+    capacity = sum(e.pool.num_blocks * e.block_size for e in cluster.engines)
+    source = build_source(
+        traffic,
+        users=max(1, int(load_level)) if mode == "closed_loop" else 1,
+        seed=repeat,
+        working_set_ratio=workload.measurement.working_set_ratio,
+        capacity_tokens=capacity,
+        horizon_s=duration if duration > 0 else math.inf,
+    )
+    sim = Simulation(
+        cluster,
+        source,
+        mode=mode,
+        load_level=load_level,
+        duration_s=duration,
+        seed=repeat,
+        honor_gaps=arrivals.get("gaps", "recorded") != "none",
+        distribution=arrivals.get("distribution", "poisson"),
+        burstiness=float(arrivals.get("burstiness", 1.0)),
+        max_concurrency=arrivals.get("max_concurrency"),
+        job_id=f"{workload.name}-{load_level:g}-{repeat}",
+        workload=workload.name,
+        start_s=start_s,
+    )
+    records = sim.run()
+    warmup = workload.effective_warmup_s()
+    load_end = duration if duration > 0 else max((r.start_s + (r.e2e_s or 0.0) for r in records), default=0.0)
+    if sim.measure_span:
+        warmup, load_end = sim.measure_span
+    slo = workload.measurement.slo
+    figures = analyze(records, warmup, load_end, Slo(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms))
+    engines = [*cluster.engines, *cluster.prefill]
+    figures.update(
+        {
+            "load_level": load_level,
+            "repeat": repeat,
+            "warmup_s": warmup,
+            "load_end_s": load_end,
+            "virtual_end_s": sim.now,
+            "prompt_token_sources": measured_sources(sim, warmup, load_end),
+            "transfers_bytes": {
+                **{
+                    f"{tier}_load": sum(e.counters.tier_load_bytes.get(tier, 0.0) for e in engines)
+                    for tier in ("host", "disk", "shared")
+                },
+                **{
+                    f"{tier}_store": sum(e.counters.tier_store_bytes.get(tier, 0.0) for e in engines)
+                    for tier in ("host", "disk", "shared")
+                },
+                "pd": cluster.pd_link.bytes_moved,
+            },
+            "notes": source.notes,
+        }
+    )
+    return figures, cluster, sim
+
+
+def _summary(values: list[float | None]) -> dict[str, Any]:
+    return repeat_interval(values)
+
+
+def run_plan(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
+    workloads = []
+    for workload in plan.workloads:
+        points = []
+        for level in workload.traffic.arrivals.load_levels():
+            jobs = []
+            for repeat in range(workload.measurement.repeats):
+                if progress:
+                    progress(f"{workload.name}: load {level:g}, repeat {repeat + 1}/{workload.measurement.repeats}")
+                figures, _, _ = run_job(workload, level, repeat)
+                jobs.append(figures)
+            points.append(
+                {
+                    "load_level": level,
+                    "jobs": jobs,
+                    "across_repeats": {
+                        "ttft_p50_ms": _summary([j["ttft_ms"]["p50"] for j in jobs]),
+                        "ttft_p99_ms": _summary([j["ttft_ms"]["p99"] for j in jobs]),
+                        "tpot_p50_ms": _summary([j["tpot_ms"]["p50"] for j in jobs]),
+                        "output_tokens_per_s": _summary([j["output_tokens_per_s"] for j in jobs]),
+                    },
+                }
+            )
+        workloads.append(
+            {
+                "name": workload.name,
+                "stack": workload.stack,
+                "strategy": workload.strategy,
+                "model": workload.model,
+                "test_points": points,
+            }
+        )
+    return {
+        "plan_name": plan.name,
+        "mode": "simulated, batch (virtual time)",
+        "definitions": DEFINITIONS,
+        "workloads": workloads,
+    }

@@ -1,0 +1,203 @@
+"""The simulator's behaviour checks (simulator.md section 5 and issue 4), in batch mode."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any
+
+import pytest
+
+from kvbench_contracts.plan import Plan, Workload
+from kvbench_loadgen.sessions import ReplaySession, Session, Turn
+from kvbench_loadgen.workload import Source
+from kvbench_sim.batch import Cluster, Simulation
+from kvbench_sim.profiles import load_profile
+from kvbench_sim.stacks import layout_for
+from kvbench_sim.timing import StepTimer
+from kvbench_sim.whatif import measured_sources, run_job
+
+STUDY_DOCS = {"count": 665, "tokens": 8000, "rounds": 2, "order": "tile", "measure_rounds": [2]}
+
+
+def _workload(stack: str, *, cluster: dict[str, Any], traffic: dict[str, Any], **extra: Any) -> Workload:
+    plan = Plan.model_validate(
+        {
+            "version": 1,
+            "name": "check",
+            "defaults": {"cluster": {"sim": cluster}, "traffic": traffic, "measurement": {"repeats": 1}},
+            "workloads": [{"name": "w", "strategy": "own_cache", "stack": stack, **extra}],
+        }
+    )
+    return plan.workloads[0]
+
+
+def _study(stack: str, **extra: Any) -> Workload:
+    return _workload(
+        stack,
+        model="nvidia/Qwen3.6-35B-A3B-NVFP4",
+        cluster={"machines": 1, "gpu": "GB10", "gpus_per_machine": 1, "host_memory_gb": 121},
+        traffic={"shape": "document_reuse", "documents": STUDY_DOCS, "arrivals": {"mode": "closed_loop", "users": [1]}},
+        **extra,
+    )
+
+
+LMCACHE = {"kv_tier": "nvme", "sizing": {"host_memory_gb": 20, "disk_tier_gb": 500, "disk_tier_path": "/mnt/nvme"}}
+
+
+def _first_request_after_restart(cluster: Cluster, workload: Workload, at_s: float) -> tuple[float, dict[str, int]]:
+    for engine in cluster.all_engines:
+        engine.restart(at_s)
+    doc = Workload.model_validate(
+        {
+            **workload.model_dump(),
+            "traffic": {**workload.traffic.model_dump(), "documents": {**STUDY_DOCS, "rounds": 1}},
+        }
+    )
+    from kvbench_loadgen.workload import build_source  # noqa: PLC0415
+
+    source = build_source(doc.traffic.model_dump(mode="json"), users=1)
+    first = source.next_session(0)
+    assert first is not None
+    it = iter([first])
+    sim = Simulation(
+        cluster, Source("document_reuse", lambda _: next(it, None), [0], True), mode="closed_loop",
+        load_level=1, duration_s=0, start_s=at_s,
+    )  # fmt: skip
+    records = sim.run()
+    return (records[0].ttft_s or 0.0), sim.sources[records[0].request_id]
+
+
+def test_the_lmcache_study_is_reproduced() -> None:
+    """GB10, 665 x 8,000-token documents, two rounds, one user (reference/lmcache-study.md)."""
+    only, only_cluster, only_sim = run_job(_study("vllm-prefix-gpu"), 1, 0)
+    lmc, lmc_cluster, lmc_sim = run_job(_study("vllm-lmcache-mp", **LMCACHE), 1, 0)
+    assert only["requests_measured"] == lmc["requests_measured"] == 665  # round 2 only
+    assert only["ttft_ms"]["p50"] == pytest.approx(1279, rel=0.15)
+    assert lmc["ttft_ms"]["p50"] == pytest.approx(655, rel=0.15)
+    assert 1.8 <= only["ttft_ms"]["p50"] / lmc["ttft_ms"]["p50"] <= 2.1
+    assert only["prompt_token_sources"]["gpu_hit"] == 0  # the cycle overflows the GPU cache: LRU hits nothing
+    assert lmc["prompt_token_sources"]["disk_tier"] > 0.75 * 665 * 8000  # and L1 too: the hits come from disk
+    # after a restart, with the disk records kept
+    cold, cold_sources = _first_request_after_restart(only_cluster, _study("vllm-prefix-gpu"), only_sim.now + 60)
+    warm, warm_sources = _first_request_after_restart(
+        lmc_cluster, _study("vllm-lmcache-mp", **LMCACHE), lmc_sim.now + 60
+    )
+    assert cold == pytest.approx(8.51, rel=0.25)
+    assert warm == pytest.approx(2.61, rel=0.25)
+    assert cold_sources.get("device", 0) == 0
+    assert set(warm_sources) <= {"disk", "recomputed"}  # GPU and host tiers died with the engine
+
+
+def _cyclic(stack: str, count: int, **extra: Any) -> dict[str, Any]:
+    workload = _workload(
+        stack,
+        cluster={"machines": 1, "gpu": "L40S", "gpus_per_machine": 1, "host_memory_gb": 256},
+        traffic={
+            "shape": "document_reuse",
+            "documents": {"count": count, "tokens": 8000, "rounds": 2, "measure_rounds": [2], "output_tokens": 4},
+            "arrivals": {"mode": "closed_loop", "users": [1]},
+        },
+        sizing={"host_memory_gb": 100},
+        **extra,
+    )
+    return run_job(workload, 1, 0)[0]
+
+
+def test_a_working_set_that_fits_the_gpu_gains_nothing_from_offload() -> None:
+    gpu, offload = _cyclic("vllm-prefix-gpu", 10), _cyclic("vllm-native-cpu-offload", 10)
+    assert gpu["prompt_token_sources"]["gpu_hit"] > 0
+    assert offload["ttft_ms"]["p50"] == pytest.approx(gpu["ttft_ms"]["p50"], rel=0.05)
+
+
+def test_a_cycle_between_gpu_and_gpu_plus_host_gains_about_prefill_over_load() -> None:
+    profile = load_profile("L40S", "Qwen/Qwen3-8B")
+    capacity_docs = profile.gpu_kv_blocks * profile.block_size // 8016
+    count = capacity_docs * 2  # more than the GPU holds, far less than GPU + 100 GB of host memory
+    gpu, offload = _cyclic("vllm-prefix-gpu", count), _cyclic("vllm-native-cpu-offload", count)
+    assert gpu["prompt_token_sources"]["gpu_hit"] == 0
+    assert offload["prompt_token_sources"]["host_tier"] > 0.9 * count * 7680
+    timer = StepTimer(profile)
+    prefill = timer.step_s([(8016, 0)], 0, 0)
+    hit = (8016 - 1) // 16 * 16  # at least one token is computed
+    load = hit * profile.model.kv_bytes_per_token / (profile.gpu.host_link_gbps * 1e9)
+    expected = prefill / (load + timer.step_s([(8016 - hit, hit)], 0, 0))
+    gain = gpu["ttft_ms"]["p50"] / offload["ttft_ms"]["p50"]
+    assert gain > 3
+    assert gain == pytest.approx(expected, rel=0.3)
+
+
+def test_a_tier_slower_than_break_even_makes_ttft_worse_than_recomputing() -> None:
+    def run(stack: str, **extra: Any) -> dict[str, Any]:
+        workload = _workload(
+            stack,
+            cluster={"machines": 1, "gpu": "H200", "gpus_per_machine": 1, "host_memory_gb": 64, "disk_gbps": 0.5},
+            traffic={
+                "shape": "document_reuse",
+                "documents": {"count": 120, "tokens": 8000, "rounds": 2, "measure_rounds": [2], "output_tokens": 4},
+                "arrivals": {"mode": "closed_loop", "users": [1]},
+            },
+            **extra,
+        )
+        return run_job(workload, 1, 0)[0]
+
+    recompute = run("vllm-prefix-off")
+    slow_disk = run("vllm-lmcache-mp", kv_tier="nvme", sizing={"host_memory_gb": 1, "disk_tier_gb": 500})
+    # break-even for Qwen3-8B on H200 is ~4 GB/s (calibration.md); this disk path moves 0.3 GB/s
+    assert slow_disk["prompt_token_sources"]["disk_tier"] > 0
+    assert slow_disk["ttft_ms"]["p50"] > 2 * recompute["ttft_ms"]["p50"]
+
+
+def _mixed_source(with_long: bool) -> Source:
+    """Eight chats (short prompts, long answers) from the start, and, if asked, a 16k-token prompt every 0.5 s."""
+
+    def session(name: str, prompt_tokens: int, output_tokens: int, at_s: float) -> Session:
+        words = " ".join(f"{name}w{k}" for k in range(prompt_tokens))
+        turn = Turn(prompt=words, messages=None, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        s = ReplaySession(name, [turn])
+        s.start_at_s = at_s
+        return s
+
+    sessions = [session(f"chat{i}", 200, 600, 0.0) for i in range(8)]
+    if with_long:
+        sessions += [session(f"long{i}", 16_000, 1, 0.2 + 0.5 * i) for i in range(8)]
+    sessions.sort(key=lambda s: s.start_at_s or 0.0)
+    it = iter(sessions)
+    return Source("trace_replay", lambda _u: next(it, None), [0], finite=True)
+
+
+def _itl_p99_of_chats(stack: str, with_long: bool) -> float:
+    cluster_spec = {"machines": 2, "gpu": "H100", "gpus_per_machine": 1}
+    workload = _workload(
+        stack,
+        cluster=cluster_spec,
+        traffic={"shape": "synthetic_sessions"},
+        sizing={"prefill_machines": 1} if "-pd-" in stack else {},
+    )
+    layout = layout_for(workload.model_dump(mode="json"), cluster_spec)
+    if "-pd-" not in stack:  # one colocated engine, against the P/D pair's one decode engine
+        layout = type(layout)(layout.engine, 1)
+    cluster = Cluster(layout, "H100", "Qwen/Qwen3-8B")
+    records = Simulation(cluster, _mixed_source(with_long), mode="trace", load_level=1, duration_s=0).run()
+    gaps = [
+        b - a
+        for r in records
+        if (r.session_id or "").startswith("chat")
+        for a, b in itertools.pairwise(r.chunk_times_s)
+    ]
+    return statistics.quantiles(gaps, n=100)[98] * 1e3
+
+
+def test_long_prefills_raise_itl_on_a_colocated_engine_and_not_on_a_pd_decode_engine() -> None:
+    colocated_quiet = _itl_p99_of_chats("vllm-prefix-off", with_long=False)
+    colocated = _itl_p99_of_chats("vllm-prefix-off", with_long=True)
+    pd = _itl_p99_of_chats("vllm-pd-nixl", with_long=True)
+    assert colocated > 3 * colocated_quiet  # a 16k prefill chunk shares the decode steps
+    assert pd == pytest.approx(colocated_quiet, rel=0.25)  # the decode engine never runs a long prefill
+
+
+def test_measured_sources_add_up_to_the_prompt_tokens() -> None:
+    workload = _study("vllm-lmcache-mp", **LMCACHE)
+    figures, _, sim = run_job(workload, 1, 0)
+    sources = measured_sources(sim, figures["warmup_s"], figures["load_end_s"])
+    assert sum(sources.values()) == figures["prompt_tokens"]
