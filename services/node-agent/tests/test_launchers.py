@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,16 @@ def command(stack: str) -> StartStack:
 
 
 def test_sim_argv_expresses_the_stack() -> None:
+    from kvbench_sim.stacks import layout_for  # noqa: PLC0415
+
     off = sim_engine_argv(command("vllm-prefix-off"), 9000)
-    assert "--no-enable-prefix-caching" in off
     assert off[off.index("--gpu") + 1] == "H100"
-    assert "--no-enable-prefix-caching" not in sim_engine_argv(command("vllm-prefix-gpu"), 9000)
-    with pytest.raises(LaunchError, match="no simulated form"):
+    layout = json.loads(off[off.index("--layout") + 1])
+    assert layout["workload"]["stack"] == "vllm-prefix-off"
+    assert not layout_for(layout["workload"], layout["cluster"]).engine.prefix_caching
+    offload = json.loads(sim_engine_argv(command("vllm-native-cpu-offload"), 9000)[-1])
+    assert [t.name for t in layout_for(offload["workload"], offload["cluster"]).engine.tiers] == ["host"]
+    with pytest.raises(LaunchError, match="batch mode"):
         sim_engine_argv(command("vllm-pd-nixl"), 9000)
 
 

@@ -375,6 +375,51 @@ def cmd_plan_validate(args: argparse.Namespace) -> int:
     return 0 if review.valid else 2
 
 
+def cmd_sim_run(args: argparse.Namespace) -> int:
+    """Batch (what-if) mode: the whole plan on the simulated cluster in virtual time, no services."""
+    from kvbench_planner.validation import review_text  # noqa: PLC0415
+    from kvbench_sim.whatif import run_plan  # noqa: PLC0415
+
+    review = review_text(Path(args.plan).read_bytes())
+    if not review.valid or review.plan is None:
+        if args.json:
+            sys.stdout.write(json.dumps(review.as_dict(), indent=2) + "\n")
+        else:
+            print_refusal(review.as_dict())
+        return 2
+    started = time.monotonic()
+    try:
+        if args.json:
+            report = run_plan(review.plan)
+        else:
+            with console.status("simulating") as status:
+                report = run_plan(review.plan, progress=lambda text: status.update(f"simulating {text}"))
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
+    report["wall_s"] = time.monotonic() - started
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return 0
+    table = Table(title=f"kvbench sim run {report['plan_name']} · virtual time · {report['wall_s']:.1f} s wall")
+    for column in ("workload", "stack", "load", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p99 ms", "tok/s",
+                   "prompt tokens from"):  # fmt: skip
+        table.add_column(column)
+    for w in report["workloads"]:
+        for point in w["test_points"]:
+            for job in point["jobs"]:
+                sources = job["prompt_token_sources"]
+                total = sum(sources.values()) or 1
+                where = ", ".join(f"{k} {v / total:.0%}" for k, v in sources.items() if v)
+                table.add_row(
+                    w["name"], w["stack"], f"{point['load_level']:g}", _ms(job["ttft_ms"], "p50"),
+                    _ms(job["ttft_ms"], "p99"), _ms(job["tpot_ms"], "p50"), _ms(job["itl_ms"], "p99"),
+                    f"{job['output_tokens_per_s']:,.1f}", where,
+                )  # fmt: skip
+    console.print(table)
+    return 0
+
+
 def cmd_plan_schema(_: argparse.Namespace) -> int:
     from kvbench_contracts.plan import Plan  # noqa: PLC0415
 
@@ -501,6 +546,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--cluster", metavar="FILE", help="machines of registered groups: {groups: {NAME: [...]}}")
     validate.set_defaults(func=cmd_plan_validate)
     plan.add_parser("schema", help="print the plan's JSON Schema").set_defaults(func=cmd_plan_schema)
+
+    sim = sub.add_parser("sim", help="the simulated engine").add_subparsers(dest="sim_command", required=True)
+    sim_run = sim.add_parser("run", help="run a plan on its simulated cluster in virtual time (what-if)")
+    sim_run.add_argument("plan")
+    sim_run.add_argument("--json", action="store_true", help="print the report JSON")
+    sim_run.set_defaults(func=cmd_sim_run)
 
     catalog = sub.add_parser("catalog", help="list the stack catalog")
     catalog.add_argument("--json", action="store_true")

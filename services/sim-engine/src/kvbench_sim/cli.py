@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 
 from aiohttp import web
 
 from kvbench_sim.engine import Engine
-from kvbench_sim.profiles import EngineConfig, load_profile
+from kvbench_sim.profiles import EngineConfig, Profile, load_profile
 from kvbench_sim.server import PacedEngine, build_app
+from kvbench_sim.stacks import layout_for
 
 __all__ = ["main"]
 
@@ -35,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--kv-cache-gb", type=float, default=None)
     serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
     serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument(
+        "--layout",
+        default=None,
+        help="JSON {workload: {stack, model, engine, sizing, kv_tier}, cluster: {...}}: engine settings and tiers "
+        "of that catalog stack (what the node agent passes); overrides the engine flags above",
+    )
     return parser
 
 
@@ -42,23 +50,35 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s kvbench-sim %(message)s")
     try:
-        profile = load_profile(
-            args.gpu,
-            args.model,
-            EngineConfig(
-                block_size=args.block_size,
-                max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                gpu_memory_utilization=args.gpu_memory_utilization,
-                prefix_caching=args.prefix_caching,
-                tensor_parallel_size=args.tensor_parallel_size,
-                kv_cache_gb=args.kv_cache_gb,
-            ),
-        )
+        profile = _profile(args)
         engine = Engine(profile, seed=args.seed)
-    except ValueError as exc:
+    except (ValueError, KeyError) as exc:
         sys.stderr.write(f"kvbench-sim: {exc}\n")
         raise SystemExit(2) from None
+    _serve(args, profile, engine)
+
+
+def _profile(args: argparse.Namespace) -> Profile:
+    if args.layout:
+        spec = json.loads(args.layout)
+        layout = layout_for(spec["workload"], spec.get("cluster") or {"gpu": args.gpu})
+        return load_profile(args.gpu, args.model, layout.engine)
+    return load_profile(
+        args.gpu,
+        args.model,
+        EngineConfig(
+            block_size=args.block_size,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            prefix_caching=args.prefix_caching,
+            tensor_parallel_size=args.tensor_parallel_size,
+            kv_cache_gb=args.kv_cache_gb,
+        ),
+    )
+
+
+def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
     # the same line vLLM prints; the node agent reads the effective block size from it
     log.info("Setting attention block size to %d tokens", profile.block_size)
     log.info(

@@ -67,7 +67,18 @@ class VllmMetrics:
             buckets=_LAT_BUCKETS,
             registry=r,
         )
+        # connector side (offload tiers, LMCache, stores): what the tiers served and moved
+        self.external_queries = Counter(
+            "vllm:external_prefix_cache_queries", "Tokens looked up in a KV connector", labels, registry=r
+        )
+        self.external_hits = Counter(
+            "vllm:external_prefix_cache_hits", "Tokens a KV connector served", labels, registry=r
+        )
+        self.offload_load_bytes = Counter("vllm:kv_offload_load_bytes", "Bytes loaded from tiers", labels, registry=r)
+        self.offload_store_bytes = Counter("vllm:kv_offload_store_bytes", "Bytes stored to tiers", labels, registry=r)
+        self.lmcache_hit = Counter("lmcache_mp:lookup_hit", "LMCache lookup hits, tokens", ["tier"], registry=r)
         self._last = (0, 0, 0, 0, 0)
+        self._last_tiers: dict[str, float] = {}
 
     def describe_cache(self, engine: Engine) -> None:
         self.cache_config.labels(
@@ -87,6 +98,28 @@ class VllmMetrics:
         self.cached_by_source.labels(*lv, "device").inc(deltas[3])
         self.preemptions.labels(*lv).inc(deltas[4])
         self._last = now
+        if engine.tiers:
+            self.external_queries.labels(*lv).inc(deltas[0] - deltas[3])
+            totals = {
+                **{f"hit:{k}": float(v) for k, v in c.tier_hits.items()},
+                "load": sum(c.tier_load_bytes.values()),
+                "store": sum(c.tier_store_bytes.values()),
+            }
+            step = {k: v - self._last_tiers.get(k, 0.0) for k, v in totals.items()}
+            self._last_tiers = totals
+            for key, value in step.items():
+                if value <= 0:
+                    continue
+                if key.startswith("hit:"):
+                    tier = key[4:]
+                    self.external_hits.labels(*lv).inc(value)
+                    source = {"host": "host", "disk": "disk"}.get(tier, "external_unspecified")
+                    self.cached_by_source.labels(*lv, source).inc(value)
+                    self.lmcache_hit.labels({"host": "l1", "disk": "l2"}.get(tier, tier)).inc(value)
+                elif key == "load":
+                    self.offload_load_bytes.labels(*lv).inc(value)
+                else:
+                    self.offload_store_bytes.labels(*lv).inc(value)
         self.running.labels(*lv).set(len(engine.running))
         self.waiting.labels(*lv).set(len(engine.waiting))
         self.kv_usage.labels(*lv).set(engine.pool.usage)

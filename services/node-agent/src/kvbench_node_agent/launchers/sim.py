@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,25 +18,33 @@ from kvbench_node_agent.launchers.base import (
     read_block_size,
     wait_healthy,
 )
+from kvbench_sim.stacks import SIM_STACKS
 
 __all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv"]
 
-# Stacks with a simulated form, and the engine flags that express them.
-SIM_STACK_FLAGS: dict[str, list[str]] = {
-    "vllm-prefix-off": ["--no-enable-prefix-caching"],
-    "vllm-prefix-gpu": [],
-    "sglang-radix-off": ["--no-enable-prefix-caching"],
-    "sglang-radix": ["--block-size", "64"],
-}
+# Stacks with a simulated form in server mode (kvbench_sim.stacks maps each to engine settings and tiers);
+# split (P/D) stacks are simulated in batch mode (`kvbench sim run`) only.
+SIM_STACK_FLAGS: dict[str, list[str]] = {stack: [] for stack in SIM_STACKS if "-pd-" not in stack}
 
 
 def sim_engine_argv(command: StartStack, port: int) -> list[str]:
     if command.stack not in SIM_STACK_FLAGS:
         known = ", ".join(sorted(SIM_STACK_FLAGS))
-        raise LaunchError(f"stack {command.stack} has no simulated form yet; simulated stacks: {known}")
+        hint = " (split stacks run in batch mode: kvbench sim run PLAN)" if "-pd-" in command.stack else ""
+        raise LaunchError(f"stack {command.stack} has no simulated server form{hint}; simulated stacks: {known}")
     sim: dict[str, Any] = command.sim or {}
     engine = command.engine or {}
-    argv = [
+    layout = {
+        "workload": {
+            "stack": command.stack,
+            "model": command.model,
+            "engine": engine,
+            "sizing": command.sizing,
+            "kv_tier": command.kv_tier,
+        },
+        "cluster": sim,
+    }
+    return [
         sys.executable,
         "-m",
         "kvbench_sim",
@@ -46,13 +55,11 @@ def sim_engine_argv(command: StartStack, port: int) -> list[str]:
         command.model,
         "--gpu",
         str(sim.get("gpu", "L40S")),
-        "--tensor-parallel-size",
-        str(engine.get("tensor_parallel_size", 1)),
         "--speed",
         str(sim.get("speed", 1.0)),
-        *SIM_STACK_FLAGS[command.stack],
+        "--layout",
+        json.dumps(layout),
     ]
-    return argv
 
 
 class SimLauncher:

@@ -1,0 +1,54 @@
+"""The LMCache study, shrunk, through every service on simulated engines, against batch (what-if) mode."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from kvbench_cli.api import Endpoints, fetch_report
+from kvbench_cli.deployment import LocalDeployment
+from kvbench_contracts.plan import Plan
+from kvbench_sim.whatif import run_plan
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PLAN = Path(__file__).resolve().parents[2] / "examples" / "lmcache-study-small.yaml"
+
+
+def test_served_study_gives_the_batch_modes_ratio(nats_url: str, fresh_database: str, tmp_path: Path) -> None:
+    plan_text = PLAN.read_text()
+    batch = run_plan(Plan.model_validate(yaml.safe_load(plan_text)))
+    by_name = {w["name"]: w["test_points"][0]["jobs"][0] for w in batch["workloads"]}
+    batch_ratio = by_name["vllm-only"]["ttft_ms"]["p50"] / by_name["lmcache"]["ttft_ms"]["p50"]
+    assert 1.8 <= batch_ratio <= 2.1
+
+    deployment = LocalDeployment(tmp_path / "kvbench")
+    state = deployment.up(sim_machines=1, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
+    try:
+        with httpx.Client(timeout=30) as client:
+            response = client.post(
+                f"{state.api_url}/v1/runs", content=plan_text.encode(), headers={"Content-Type": "application/yaml"}
+            )
+            assert response.status_code == 201, response.text
+            run_id = response.json()["run_id"]
+            deadline = time.monotonic() + 400
+            while True:
+                status = client.get(f"{state.api_url}/v1/runs/{run_id}").json()
+                if status["status"] in ("succeeded", "failed", "cancelled"):
+                    break
+                assert time.monotonic() < deadline, status
+                time.sleep(2)
+        assert status["status"] == "succeeded", status
+        report = fetch_report(Endpoints(state.api_url, state.report_url, None), run_id)
+    finally:
+        deployment.down()
+    served = {w["name"]: w for w in report["workloads"]}
+    assert served["vllm-only"]["requests_measured"] == served["lmcache"]["requests_measured"] == 200
+    served_ratio = served["vllm-only"]["ttft_ms"]["p50"] / served["lmcache"]["ttft_ms"]["p50"]
+    assert served_ratio == pytest.approx(batch_ratio, rel=0.10)
+    sources = served["lmcache"]["prompt_token_sources"]["tokens"]
+    assert sources.get("disk", 0) > 0.7 * sum(sources.values())  # 80% of the prompt tokens come from disk
