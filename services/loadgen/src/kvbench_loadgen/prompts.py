@@ -8,7 +8,7 @@ with every job.
 
 from __future__ import annotations
 
-import hashlib
+import random
 
 __all__ = ["TOKENIZER_NAME", "words"]
 
@@ -17,11 +17,8 @@ _VOCAB = [f"{a}{b}" for a in "bcdfghjklmnprstvz" for b in ("a", "e", "i", "o", "
 
 
 def words(key: str, count: int) -> list[str]:
-    """``count`` words fixed by ``key``: the same key always gives the same text."""
-    out: list[str] = []
-    counter = 0
-    while len(out) < count:
-        digest = hashlib.blake2b(f"{key}/{counter}".encode(), digest_size=32).digest()
-        out.extend(_VOCAB[b % len(_VOCAB)] for b in digest)
-        counter += 1
-    return out[:count]
+    """``count`` words fixed by ``key``: the same key always gives the same text (in any process: a string seed
+    is hashed with SHA-512 by ``random.Random``, not with Python's per-process string hash)."""
+    raw = random.Random(key).randbytes(count)
+    vocab, size = _VOCAB, len(_VOCAB)
+    return [vocab[b % size] for b in raw]

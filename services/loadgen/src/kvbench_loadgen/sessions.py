@@ -24,6 +24,7 @@ class Turn:
     output_tokens: int
     gap_s: float = 0.0  # wait after the previous turn's response before sending this one (think time, pre_gap)
     phase: int = 0  # document_reuse: the round this visit belongs to
+    words: tuple[str, ...] | None = None  # the prompt already split (synthetic prompts; saves re-splitting)
 
     @property
     def chat(self) -> bool:

@@ -12,6 +12,7 @@ import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,11 @@ class SyntheticSession(Session):
             return None
         if self._built is not None and self._built[0] == self.turn:
             return self._built[1]
-        prompt = [*self.prefix, *self.history, *words(f"{self.session_id}/t{self.turn}", self.input_tokens)]
+        prompt = (*self.prefix, *self.history, *words(f"{self.session_id}/t{self.turn}", self.input_tokens))
         turn = Turn(
             prompt=" ".join(prompt),
             messages=None,
+            words=prompt,
             prompt_tokens=len(prompt),
             output_tokens=self.output_tokens,
             gap_s=self.think_time_s if self.turn > 0 else 0.0,
@@ -66,7 +68,8 @@ class SyntheticSession(Session):
 
     def record(self, turn: Turn, reply: str, ok: bool) -> None:
         if ok:
-            self.history = (turn.prompt or "").split()[len(self.prefix) :] + reply.split()
+            said = turn.words if turn.words is not None else tuple((turn.prompt or "").split())
+            self.history = [*said[len(self.prefix) :], *reply.split()]
             self.turn += 1
         else:
             self.turn = self.turns  # a failed turn ends the conversation: its history is unknown
@@ -118,12 +121,21 @@ def _synthetic(traffic: dict[str, Any], shape: str, population: int, ratio: floa
         else:
             # a user keeps its group; with more groups than users (working-set ratio) its sessions walk the groups
             group = user % groups if groups <= population else (user + number * population) % groups
-            prefix = words(f"prefix/{group}", prefix_tokens)
+            prefix = _prefix(group, prefix_tokens)
         return SyntheticSession(
             f"u{user}-s{number}", prefix, turns, input_tokens, output_tokens, float(spec.get("think_time_s", 0.0))
         )
 
     return next_session
+
+
+@lru_cache(maxsize=4096)
+def _prefix_words(group: int, tokens: int) -> tuple[str, ...]:
+    return tuple(words(f"prefix/{group}", tokens))
+
+
+def _prefix(group: int, tokens: int) -> list[str]:
+    return list(_prefix_words(group, tokens))
 
 
 def document_sessions(spec: dict[str, Any], seed: int, count: int | None = None) -> list[Session]:

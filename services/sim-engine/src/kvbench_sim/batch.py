@@ -127,6 +127,7 @@ class Simulation:
         self.measure_span: list[float] = []
         self.sources: dict[str, dict[str, int]] = {}  # per request: where its prompt tokens came from
         self._user_of: dict[int, int] = {}
+        self._running: dict[int, tuple[StepPlan, float, int]] = {}  # engine -> (plan, start, event token)
 
     # -- event heap ------------------------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any) -> None:
@@ -141,8 +142,9 @@ class Simulation:
                 session, turn = payload
                 self._send(session, turn)
             elif kind == "step":
-                index, plan = payload
-                self._step_done(index, plan)
+                index, plan, token = payload
+                if self._running.get(index, (None, 0.0, -1))[2] == token:
+                    self._step_done(index, plan)
             elif kind == "wake":
                 if self._wake_at.get(payload) == at:
                     self._wake_at.pop(payload, None)
@@ -242,7 +244,10 @@ class Simulation:
             self._queued.append((session, turn))
             return
         self._in_flight += 1
-        prompt = tokenize(turn.prompt if turn.prompt is not None else chat_to_prompt(turn.messages or []))
+        if turn.words is not None:
+            prompt = list(turn.words)
+        else:
+            prompt = tokenize(turn.prompt if turn.prompt is not None else chat_to_prompt(turn.messages or []))
         rid = f"{self.job_id}-{next(self._request_ids)}"
         pending = _Pending(session, turn, session.turn, self.now, prompt)
         self._by_request[rid] = pending
@@ -257,16 +262,19 @@ class Simulation:
             pending.engine = index
             pending.request = SimRequest(rid, prompt, turn.output_tokens, self.now)
             self.all_engines[index].add(pending.request)
+        self._cut_short(index)
         self._kick(index)
 
     def _kick(self, index: int) -> None:
         if index in self._busy:
             return
         engine = self.all_engines[index]
-        plan = engine.schedule(self.now)
+        plan = engine.schedule_run(self.now)
         if plan is not None:
             self._busy.add(index)
-            self._push(self.now + plan.duration_s, "step", (index, plan))
+            token = next(self._seq)
+            self._running[index] = (plan, self.now, token)
+            self._push(self.now + plan.duration_s, "step", (index, plan, token))
             return
         wake = [t for t in (engine.next_transfer_s(), engine.serving_from_s) if t is not None and t > self.now]
         if wake:
@@ -274,10 +282,43 @@ class Simulation:
             self._wake_at[index] = min(wake)
             self._push(min(wake), "wake", index)
 
+    def _cut_short(self, index: int) -> None:
+        """A request reached an engine in the middle of fused decode steps: stop them at the next step boundary,
+        where a real engine would have admitted it."""
+        running = self._running.get(index)
+        if running is None or not running[0].steps:
+            return
+        plan, start, _ = running
+        t, keep = start, 0
+        for duration in plan.steps:
+            t += duration
+            keep += 1
+            if t >= self.now:
+                break
+        if keep == len(plan.steps):
+            return
+        plan.steps = plan.steps[:keep]
+        plan.duration_s = t - start
+        token = next(self._seq)
+        self._running[index] = (plan, start, token)
+        self._push(t, "step", (index, plan, token))
+
     def _step_done(self, index: int, plan: StepPlan) -> None:
         engine = self.all_engines[index]
         self._busy.discard(index)
+        self._running.pop(index, None)
         is_prefill_engine = index >= len(self.cluster.engines)
+        if plan.steps:  # fused decode steps: each request's token times at once
+            for rid, times, done in engine.complete_run(plan, self.now):
+                pending = self._by_request.get(rid)
+                if pending is None:
+                    continue
+                start = pending.start_s
+                pending.chunk_times.extend([t - start for t in times])
+                if done:
+                    self._finish(rid, pending, engine)
+            self._kick(index)
+            return
         for event in engine.complete(plan, self.now):
             pending = self._by_request.get(event.request_id)
             if pending is None:
@@ -286,7 +327,7 @@ class Simulation:
                 if event.finished:
                     self._hand_off(event.request_id, pending, engine)
                 continue
-            pending.chunk_times.append(self.now - pending.start_s)
+            pending.chunk_times.append(event.time_s - pending.start_s)
             if event.finished:
                 self._finish(event.request_id, pending, engine)
         self._kick(index)
@@ -312,6 +353,7 @@ class Simulation:
             request = SimRequest(rid, pending.prompt, pending.turn.output_tokens, self.now)
             pending.request = request
             decode.add_transferred(request)
+            self._cut_short(pending.engine)
             self._kick(pending.engine)
         self._schedule_pd()
 

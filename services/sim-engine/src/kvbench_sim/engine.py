@@ -20,7 +20,7 @@ from kvbench_sim.timing import StepTimer
 __all__ = ["Engine", "EngineCounters", "SimRequest", "StepPlan", "TokenEvent"]
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the scheduler looks requests up in its queues many times per step
 class SimRequest:
     request_id: str
     prompt: list[str]
@@ -38,6 +38,7 @@ class SimRequest:
     loaded_to: int = 0  # tokens that will be computed once the pending loads land
     sources: dict[str, int] = field(default_factory=dict)  # cached tokens by where they came from
     chunk_hashes: dict[int, list[int]] = field(default_factory=dict)  # per tier chunk size
+    registered: int = 0  # leading blocks already registered in the GPU pool
 
     @property
     def prompt_len(self) -> int:
@@ -61,6 +62,8 @@ class StepPlan:
     prefill: list[tuple[SimRequest, int]]
     decode: list[SimRequest]
     duration_s: float
+    # several identical decode steps fused (batch mode): each one's duration; empty for one ordinary step
+    steps: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -255,6 +258,7 @@ class Engine:
         self.running.remove(victim)
         self._free(victim)
         victim.num_computed = 0
+        victim.registered = 0
         victim.admitted = False
         self.counters.preemptions += 1
         self.waiting.appendleft(victim)
@@ -305,6 +309,7 @@ class Engine:
                 hit = self.pool.match(req.hashes[:max_hit_blocks]) if cfg.prefix_caching else []
                 self.pool.touch(hit)
                 req.blocks = list(hit)
+                req.registered = len(hit)
                 req.num_computed = len(hit) * self.block_size
                 if req.num_computed:
                     req.sources["device"] = req.num_computed
@@ -316,7 +321,7 @@ class Engine:
                 if target < 0:
                     req.admitted = False  # wait for free blocks, then look up again
                     self.pool.release(req.blocks)
-                    req.blocks, req.num_computed = [], 0
+                    req.blocks, req.num_computed, req.registered = [], 0, 0
                     req.sources.clear()
                     self.counters.prefix_queries -= req.prompt_len
                     self.counters.prefix_hits -= len(hit) * self.block_size
@@ -356,9 +361,64 @@ class Engine:
         return penalty
 
     # -- completion ---------------------------------------------------------------------------
+    def schedule_run(self, now_s: float, max_steps: int = 256) -> StepPlan | None:
+        """Batch mode: the next step; when it is a pure decode step with nobody waiting, the identical decode
+        steps after it are fused into the plan, up to the first request's last token (the runner cuts the plan
+        short when a request arrives meanwhile). Same timings as stepping one by one, far fewer events."""
+        plan = self.schedule(now_s)
+        if plan is None or plan.prefill or self.waiting or self.loading or not plan.decode:
+            return plan
+        decode = plan.decode
+        steps = min(max_steps, *(r.max_tokens - r.output for r in decode))
+        if steps <= 1:
+            return plan
+        need = sum(max(0, self._blocks_for(r.prompt_len + r.output + steps) - len(r.blocks)) for r in decode)
+        if need > self.pool.free_blocks:
+            return plan  # the pool is short: step by step, so the ordinary scheduler can preempt
+        for r in decode:
+            self._grow(r, r.prompt_len + r.output + steps)
+        ctx = sum(r.prompt_len + r.output for r in decode)
+        plan.steps = [plan.duration_s, *self.timer.decode_run_s(ctx + len(decode), len(decode), steps - 1)]
+        plan.duration_s = sum(plan.steps)
+        return plan
+
+    def complete_run(self, plan: StepPlan, now_s: float) -> list[tuple[str, list[float], bool]]:
+        """Apply fused decode steps ending at ``now_s``: per request, its token times and whether it finished."""
+        self.clock_s = max(self.clock_s, now_s)
+        times: list[float] = []
+        t = now_s - plan.duration_s
+        for duration in plan.steps:
+            t += duration
+            times.append(t)
+        k = len(times)
+        out: list[tuple[str, list[float], bool]] = []
+        for req in plan.decode:
+            if req.finished:
+                continue
+            if req.first_token_s is None:
+                req.first_token_s = times[0]
+            req.output += k
+            self.counters.generation_tokens += k
+            done = req.output >= req.max_tokens
+            if done:
+                req.finished = True
+                self.running.remove(req)
+                self._free(req)
+                self.counters.requests_finished += 1
+            out.append((req.request_id, times, done))
+        return out
+
     def complete(self, plan: StepPlan, now_s: float) -> list[TokenEvent]:
         self.clock_s = max(self.clock_s, now_s)
-        events: list[TokenEvent] = []
+        if plan.steps:  # fused decode steps (batch mode), as token events
+            events: list[TokenEvent] = []
+            for rid, times, done in self.complete_run(plan, now_s):
+                first = len(times)
+                events.extend(
+                    TokenEvent(rid, i, t, done and i == first - 1) for i, t in enumerate(times)
+                )  # indices are relative to the run; batch mode uses complete_run directly
+            return events
+        events = []
         for req, chunk in plan.prefill:
             if req.finished or req not in self.running:
                 continue
@@ -376,8 +436,9 @@ class Engine:
 
     def _register_full_blocks(self, req: SimRequest) -> None:
         full = min(req.num_computed // self.block_size, len(req.hashes), len(req.blocks))
-        for j in range(full):
+        for j in range(req.registered, full):  # blocks hit or registered before are cached already
             self.pool.register(req.blocks[j], req.hashes[j])
+        req.registered = max(req.registered, full)
 
     def _emit(self, req: SimRequest, now_s: float) -> TokenEvent:
         req.output += 1

@@ -21,6 +21,7 @@ class StepTimer:
         self._rng = random.Random(seed)
         cv = profile.gpu.eff.jitter_cv
         self._sigma = math.sqrt(math.log(1 + cv * cv)) if cv > 0 else 0.0
+        self._affine: dict[int, tuple[float, float]] = {}  # batch size -> decode step time at 0 context, slope
 
     def step_s(self, prefill_chunks: Sequence[tuple[int, int]], decode_ctx_sum: int, num_decodes: int) -> float:
         """``prefill_chunks``: (new tokens, prefix tokens already in KV) per chunk."""
@@ -54,3 +55,26 @@ class StepTimer:
         if self._sigma:
             base *= self._rng.lognormvariate(-self._sigma * self._sigma / 2, self._sigma)
         return base
+
+    def decode_run_s(self, ctx_sum: int, num_decodes: int, steps: int) -> list[float]:
+        """``steps`` consecutive pure-decode steps of the same batch (its context grows by one token per request
+        per step), computed at once: the same formula as ``step_s``, affine in the context, and the same jitter."""
+        if steps <= 0:
+            return []
+        affine = self._affine.get(num_decodes)
+        if affine is None:
+            sigma, self._sigma = self._sigma, 0.0  # the affine parts, without jitter
+            try:
+                zero = self.step_s([], 0, num_decodes)
+                affine = (zero, self.step_s([], 1_000_000, num_decodes) - zero)
+            finally:
+                self._sigma = sigma
+            self._affine[num_decodes] = affine
+        at_zero, slope = affine
+        step_slope = slope * num_decodes / 1_000_000
+        first = at_zero + slope * ctx_sum / 1_000_000
+        if not self._sigma:
+            return [first + i * step_slope for i in range(steps)]
+        jitter = self._rng.lognormvariate
+        mu, sigma = -self._sigma * self._sigma / 2, self._sigma
+        return [(first + i * step_slope) * jitter(mu, sigma) for i in range(steps)]
