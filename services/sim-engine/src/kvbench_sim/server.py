@@ -12,10 +12,11 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import Counter, generate_latest
+from prometheus_client import Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kvbench_sim.engine import Engine, SimRequest, TokenEvent
@@ -34,12 +35,17 @@ class PacedEngine:
         self._t0 = time.monotonic()
         self._clock_s = 0.0
         self._queues: dict[str, asyncio.Queue[TokenEvent]] = {}
+        self._callbacks: dict[str, Callable[[TokenEvent], None]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.late_steps = 0
 
     def now_s(self) -> float:
         return (time.monotonic() - self._t0) * self.speed
+
+    def due_wall(self, virtual_s: float) -> float:
+        """The monotonic wall time at which something due at ``virtual_s`` should happen."""
+        return self._t0 + virtual_s / self.speed
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sim-engine-steps")
@@ -57,9 +63,17 @@ class PacedEngine:
         self._wake.set()
         return queue
 
+    def submit_callback(self, request: SimRequest, on_token: Callable[[TokenEvent], None]) -> None:
+        """Streaming fast path: ``on_token`` runs inside the pacer as each token comes due (no queue, no
+        coroutine wake-up per token: 500 streams cost one pass over 500 callbacks per step)."""
+        self._callbacks[request.request_id] = on_token
+        self.engine.add(request)
+        self._wake.set()
+
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)
         self._queues.pop(request_id, None)
+        self._callbacks.pop(request_id, None)
 
     async def _run(self) -> None:
         while True:
@@ -75,13 +89,21 @@ class PacedEngine:
                 continue
             start = max(self._clock_s, self.now_s())
             end = start + plan.duration_s
+            # apply the step while it "runs" (its results are fixed), so only the release waits for the due time
+            events = self.engine.complete(plan, end)
             delay = self._t0 + end / self.speed - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             elif delay < -0.005:
                 self.late_steps += 1
             self._clock_s = end
-            for event in self.engine.complete(plan, end):
+            for event in events:
+                callback = self._callbacks.get(event.request_id)
+                if callback is not None:
+                    callback(event)
+                    if event.finished:
+                        self._callbacks.pop(event.request_id, None)
+                    continue
                 queue = self._queues.get(event.request_id)
                 if queue is not None:
                     queue.put_nowait(event)
@@ -109,6 +131,12 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
     metrics = VllmMetrics(model)
     metrics.describe_cache(paced.engine)
     slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
+    lateness = Histogram(
+        "kvbench_sim_token_lateness_seconds",
+        "Wall time a streamed token was written after its virtual due time (pacing slip under load)",
+        buckets=(0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.5, 2.0),
+        registry=metrics.registry,
+    )
     counter = {"n": 0}
 
     async def health(_: web.Request) -> web.Response:
@@ -144,7 +172,6 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{counter['n']}"
         sim_req = SimRequest(rid, tokens, max_tokens, arrival_s=paced.now_s())
         words = output_words(tokens, max_tokens, seed)
-        queue = paced.submit(sim_req)
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
         stream = bool(body.get("stream"))
@@ -164,6 +191,7 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
             return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
 
         if not stream:
+            queue = paced.submit(sim_req)
             while True:
                 event = await queue.get()
                 if event.finished:
@@ -187,60 +215,59 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
             )
 
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response.enable_chunked_encoding()
         await response.prepare(request)
+        transport = request.transport
+        if transport is None:
+            paced.abort(rid)
+            return response
+        # each SSE event is framed as one HTTP chunk and written straight to the socket from the pacer; aiohttp has
+        # sent the headers (chunked) and writes the closing chunk when the handler returns
+        head = (
+            f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{json.dumps(model)},"choices":[{{'
+            f'"index":0,"{"delta" if chat else "text"}":'
+        ).encode()
 
-        async def send(payload: dict[str, Any] | str) -> None:
+        def frame(data: bytes) -> bytes:
+            return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+        def tail(payload: dict[str, Any] | str) -> bytes:
             data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-            await response.write(b"data: " + data.encode() + b"\n\n")
+            return frame(b"data: " + data.encode() + b"\n\n")
 
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_token(event: TokenEvent) -> None:
+            if transport.is_closing():
+                paced.abort(rid)
+                if not done.done():
+                    done.set_exception(ConnectionResetError())
+                return
+            text = '" ' + words[event.index] + '"'  # output words are plain ASCII ("w123"): no JSON escaping needed
+            body = ('{"content":' + text + "}" if chat else text).encode()
+            finish = b'"length"' if event.finished else b"null"
+            transport.write(frame(head + body + b',"logprobs":null,"finish_reason":' + finish + b"}]}\n\n"))
+            lateness.observe(max(0.0, time.monotonic() - paced.due_wall(event.time_s)))
+            if event.index == 0:
+                metrics.ttft.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
+            if event.finished:
+                metrics.e2e.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
+                metrics.success.labels(model, "0", "length").inc()
+                closing = b""
+                if include_usage:
+                    closing += tail(
+                        {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage()}
+                    )
+                transport.write(closing + tail("[DONE]"))
+                if not done.done():
+                    done.set_result(None)
+
+        if chat:
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            transport.write(tail({"id": rid, "object": obj, "created": created, "model": model, "choices": [role]}))
+        paced.submit_callback(sim_req, on_token)
         try:
-            if chat:
-                await send(
-                    {
-                        "id": rid,
-                        "object": obj,
-                        "created": created,
-                        "model": model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "delta": {"role": "assistant", "content": ""},
-                                "logprobs": None,
-                                "finish_reason": None,
-                            }
-                        ],
-                    }
-                )
-            while True:
-                event = await queue.get()
-                if event.index == 0:
-                    metrics.ttft.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
-                finish = "length" if event.finished else None
-                await send(
-                    {
-                        "id": rid,
-                        "object": obj,
-                        "created": created,
-                        "model": model,
-                        "choices": [choice(" " + words[event.index], finish)],
-                    }
-                )
-                if event.finished:
-                    metrics.e2e.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
-                    metrics.success.labels(model, "0", "length").inc()
-                    break
-            if include_usage:
-                await send(
-                    {
-                        "id": rid,
-                        "object": obj,
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": usage(),
-                    }
-                )
-            await send("[DONE]")
+            await done
         except (ConnectionResetError, asyncio.CancelledError):
             paced.abort(rid)
             raise
