@@ -131,7 +131,7 @@ def server_streams(users: int = 500, duration_s: float = 20.0) -> dict[str, floa
     from kvbench_core.embedded import free_port, wait_port  # noqa: PLC0415
 
     port = free_port()
-    server = subprocess.Popen(  # noqa: S603 (our own module)
+    server = subprocess.Popen(
         [sys.executable, "-m", "kvbench_sim", "serve", "--port", str(port), "--gpu", "H100", "--max-num-seqs", "512"],
         stderr=subprocess.DEVNULL,
     )
@@ -141,7 +141,7 @@ def server_streams(users: int = 500, duration_s: float = 20.0) -> dict[str, floa
         client = multiprocessing.get_context("spawn").Process(target=_drive, args=(base, users, duration_s))
         client.start()
         client.join(duration_s + 120)
-        text = urllib.request.urlopen(f"{base}/metrics").read().decode()  # noqa: S310 (localhost)
+        text = urllib.request.urlopen(f"{base}/metrics").read().decode()
     finally:
         server.terminate()
         server.wait(10)
