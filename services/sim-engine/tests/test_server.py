@@ -74,3 +74,41 @@ async def test_bad_requests_get_a_400_naming_the_field() -> None:
         assert "prompt" in await response.text()
     finally:
         await client.close()
+
+
+async def test_sglang_mode_scrapes_like_sglang_and_a_host_tier_shows_in_the_vllm_sources() -> None:
+    from kvbench_node_agent.normalize import normalize  # noqa: PLC0415
+    from kvbench_node_agent.scrape import parse_samples  # noqa: PLC0415
+    from kvbench_sim.profiles import EngineConfig, TierConfig  # noqa: PLC0415
+
+    prompt = " ".join(f"t{i}" for i in range(300))
+    paced = PacedEngine(Engine(load_profile("L40S", "Qwen/Qwen3-8B"), seed=0), speed=50.0)
+    client = TestClient(TestServer(build_app(paced, "Qwen/Qwen3-8B", seed=0, flavor="sglang")))
+    await client.start_server()
+    try:
+        await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
+        await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
+        text = await (await client.get("/metrics")).text()
+        assert "vllm:" not in text
+        counters = normalize(parse_samples(text))
+        assert counters["prompt_tokens_gpu"] == 288
+        assert counters["prompt_tokens"] == 602
+    finally:
+        await client.close()
+    # a host tier: a reset GPU cache leaves the hit to the host tier, reported as vLLM's source="host"
+    host = TierConfig(name="host", capacity_gb=10, bw_gbps=25, lat_ms=0.05)
+    engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=(host,))), seed=0)
+    paced = PacedEngine(engine, speed=50.0)
+    client = TestClient(TestServer(build_app(paced, "Qwen/Qwen3-8B", seed=0)))
+    await client.start_server()
+    try:
+        await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
+        await client.post("/reset_prefix_cache")
+        events = await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
+        assert events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 288
+        counters = normalize(parse_samples(await (await client.get("/metrics")).text()))
+        assert counters["prompt_tokens_host"] == 288
+        assert counters["prompt_tokens_gpu"] == 0
+        assert counters["kv_bytes_loaded_host"] == 288 * 147_456
+    finally:
+        await client.close()

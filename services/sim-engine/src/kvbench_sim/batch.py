@@ -74,6 +74,8 @@ class Cluster:
             return _stable(session_id) % n
         if self.routing == "prefix_aware":
             return _stable(" ".join(prompt[:256])) % n
+        if self.routing == "pd_aware":  # the decode engine with the least work queued (prefill side: round robin)
+            return min(range(n), key=lambda i: len(self.engines[i].running) + len(self.engines[i].waiting))
         return next(self._rr)
 
 

@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--kv-cache-gb", type=float, default=None)
     serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall-clock second")
     serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--flavor", choices=("vllm", "sglang"), default=None, help="metric names (default: vllm)")
     serve.add_argument(
         "--layout",
         default=None,
@@ -88,7 +89,10 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
         "on" if profile.engine.prefix_caching else "off",
     )
     paced = PacedEngine(engine, speed=args.speed)
-    app = build_app(paced, args.model, seed=args.seed)
+    flavor = args.flavor
+    if args.layout and flavor is None:
+        flavor = str((json.loads(args.layout)["workload"].get("engine") or {}).get("name", "vllm"))
+    app = build_app(paced, args.model, seed=args.seed, flavor=flavor or "vllm")
     try:
         import uvloop  # noqa: PLC0415  (optional speed-up)
 

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kvbench_sim.engine import Engine
 
-__all__ = ["VllmMetrics"]
+__all__ = ["SglangMetrics", "VllmMetrics"]
 
 _LAT_BUCKETS = (
     0.001,
@@ -123,3 +123,59 @@ class VllmMetrics:
         self.running.labels(*lv).set(len(engine.running))
         self.waiting.labels(*lv).set(len(engine.waiting))
         self.kv_usage.labels(*lv).set(engine.pool.usage)
+
+
+class SglangMetrics:
+    """SGLang's metric names (reference/stacks.md: ``sglang:cached_tokens_total{cache_source}`` is the per-tier
+    counter), for simulated SGLang stacks; the same interface as ``VllmMetrics``."""
+
+    def __init__(self, model: str, engine_index: str = "0") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["model_name", "engine"]
+        self._lv = (model, engine_index)
+        r = self.registry
+        self.prompt_tokens = Counter("sglang:prompt_tokens", "Prefill tokens processed", labels, registry=r)
+        self.generation_tokens = Counter("sglang:generation_tokens", "Generation tokens", labels, registry=r)
+        self.cached = Counter("sglang:cached_tokens", "Cached prompt tokens", [*labels, "cache_source"], registry=r)
+        self.hit_rate = Gauge("sglang:cache_hit_rate", "Prefix cache hit rate", labels, registry=r)
+        self.token_usage = Gauge("sglang:token_usage", "KV pool usage, 0..1", labels, registry=r)
+        self.running = Gauge("sglang:num_running_reqs", "Requests running", labels, registry=r)
+        self.waiting = Gauge("sglang:num_queue_reqs", "Requests queued", labels, registry=r)
+        self.retracted = Gauge("sglang:num_retracted_reqs", "Requests retracted (preempted)", labels, registry=r)
+        self.capacity = Gauge("sglang:max_total_num_tokens", "KV pool size, tokens", labels, registry=r)
+        self.load_back = Counter("sglang:load_back_bytes", "Bytes loaded back from the host tier", labels, registry=r)
+        self.backup = Counter("sglang:hicache_backup_bytes", "Bytes backed up to the host tier", labels, registry=r)
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds", "TTFT (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
+        )
+        self.e2e = Histogram(
+            "sglang:e2e_request_latency_seconds", "E2E latency (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
+        )
+        self.success = Counter("sglang:num_requests", "Finished requests", [*labels, "finished_reason"], registry=r)
+        self._last: dict[str, float] = {}
+
+    def describe_cache(self, engine: Engine) -> None:
+        self.capacity.labels(*self._lv).set(engine.pool.num_blocks * engine.block_size)
+
+    def _step(self, key: str, total: float) -> float:
+        delta = total - self._last.get(key, 0.0)
+        self._last[key] = total
+        return max(0.0, delta)
+
+    def refresh(self, engine: Engine) -> None:
+        c, lv = engine.counters, self._lv
+        self.prompt_tokens.labels(*lv).inc(self._step("prompt", c.prompt_tokens))
+        self.generation_tokens.labels(*lv).inc(self._step("generation", c.generation_tokens))
+        self.cached.labels(*lv, "device").inc(self._step("device", c.prefix_hits))
+        for tier, tokens in c.tier_hits.items():
+            source = "host" if tier == "host" else "storage"
+            self.cached.labels(*lv, source).inc(self._step(f"tier:{tier}", tokens))
+        cached_total = c.prefix_hits + sum(c.tier_hits.values())
+        self.cached.labels(*lv, "total").inc(self._step("total", cached_total))
+        self.load_back.labels(*lv).inc(self._step("load", c.tier_load_bytes.get("host", 0.0)))
+        self.backup.labels(*lv).inc(self._step("store", c.tier_store_bytes.get("host", 0.0)))
+        self.hit_rate.labels(*lv).set(cached_total / c.prompt_tokens if c.prompt_tokens else 0.0)
+        self.token_usage.labels(*lv).set(engine.pool.usage)
+        self.running.labels(*lv).set(len(engine.running))
+        self.waiting.labels(*lv).set(len(engine.waiting))
+        self.retracted.labels(*lv).set(c.preemptions)

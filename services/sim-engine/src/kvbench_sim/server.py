@@ -20,7 +20,7 @@ from prometheus_client import Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kvbench_sim.engine import Engine, SimRequest, TokenEvent
-from kvbench_sim.metrics import VllmMetrics
+from kvbench_sim.metrics import SglangMetrics, VllmMetrics
 from kvbench_sim.text import chat_to_prompt, output_words, tokenize
 
 __all__ = ["PacedEngine", "build_app"]
@@ -127,8 +127,8 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
     return tokenize(prompt)
 
 
-def build_app(paced: PacedEngine, model: str, seed: int = 0) -> web.Application:
-    metrics = VllmMetrics(model)
+def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm") -> web.Application:
+    metrics: VllmMetrics | SglangMetrics = SglangMetrics(model) if flavor == "sglang" else VllmMetrics(model)
     metrics.describe_cache(paced.engine)
     slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
     lateness = Histogram(
