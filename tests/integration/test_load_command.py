@@ -12,14 +12,14 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from kvbench_loadgen.mock_server import MockServer, MockTiming
-from kvbench_loadgen.traces import read_trace
+from kvbench_loadgen.traces import public_traces_dir, read_trace
 from kvbench_sim.engine import Engine
 from kvbench_sim.profiles import EngineConfig, load_profile
 from kvbench_sim.server import PacedEngine, build_app
 
 pytestmark = pytest.mark.integration
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
+TRACES = public_traces_dir() or Path("/nonexistent")
 MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"
 
 

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from kvbench_loadgen.traces import TraceRow, mooncake_prompt, read_trace, trace_sessions
+from kvbench_loadgen.traces import TraceRow, mooncake_prompt, public_traces_dir, read_trace, trace_sessions
 
-TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
+TRACES = public_traces_dir() or Path("/nonexistent")
 MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"
 AZURE = TRACES / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
 SERVEGEN = TRACES / "servegen" / "m-large_chunk-0-trace.csv"
 
-pytestmark = pytest.mark.skipif(not TRACES.exists(), reason="needs ../shared/data/traces (the shared folder)")
+pytestmark = pytest.mark.skipif(
+    not TRACES.exists(), reason="needs the public traces (../shared/data/traces or KVBENCH_TRACES_DIR)"
+)
 
 
 def _blocks(prompt: str, size: int = 512) -> list[tuple[str, ...]]:

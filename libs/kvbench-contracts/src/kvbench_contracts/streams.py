@@ -62,6 +62,7 @@ BUCKETS: tuple[KvBucket, ...] = (
     KvBucket("kvbench_inventory", ttl_s=None, description="Last inventory each machine registered"),
     KvBucket("kvbench_groups", ttl_s=None, description="Cluster groups: name -> machines"),
     KvBucket("kvbench_secrets", ttl_s=None, description="Named secrets (HF token); never returned by the API"),
+    KvBucket("kvbench_switches", ttl_s=None, description="Connected switches: name -> SwitchConfig (no credentials)"),
 )
 
 

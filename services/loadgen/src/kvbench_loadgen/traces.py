@@ -30,9 +30,32 @@ from pathlib import Path
 from kvbench_loadgen.prompts import words
 from kvbench_loadgen.sessions import Session, Turn
 
-__all__ = ["TraceRow", "TraceSession", "block_text", "mooncake_prompt", "read_trace", "trace_sessions"]
+__all__ = [
+    "TraceRow",
+    "TraceSession",
+    "block_text",
+    "mooncake_prompt",
+    "public_traces_dir",
+    "read_trace",
+    "trace_sessions",
+]
 
 MOONCAKE_BLOCK_TOKENS = 512
+
+
+def public_traces_dir() -> Path | None:
+    """Where the public traces copied next to the checkout live (``../shared/data/traces``), or
+    ``KVBENCH_TRACES_DIR``; None when neither exists."""
+    import os  # noqa: PLC0415
+
+    candidates = [os.environ.get("KVBENCH_TRACES_DIR", "")]
+    here = Path(__file__).resolve()
+    candidates += [str(parent / "shared" / "data" / "traces") for parent in here.parents]
+    candidates.append("/work/shared/data/traces")  # where this project's workspaces keep them
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return None
 
 
 @dataclass(frozen=True)

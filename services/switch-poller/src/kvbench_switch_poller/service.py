@@ -1,7 +1,8 @@
 """The switch-poller: reads each connected switch with a read-only login and publishes port counters.
 
-This first version carries the service's lifecycle (bus, ops server, settings, switch list) and polls no
-driver yet; the SNMP and gNMI drivers arrive with the fabric work. With no switch connected it idles.
+Switches come from the ``kvbench_switches`` KV bucket (no credentials there: each names a stored secret in
+``kvbench_secrets``). SNMP v2c/v3 is the first driver; a switch that cannot be read is published as unread
+with the reason, which is what the publish gate checks.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from kvbench_core.bus import Bus
+from kvbench_core.kvmirror import KvMirror
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.service import run_service
 from kvbench_core.settings import ServiceSettings, load_settings
+from kvbench_switch_poller.poller import Poller
 
 __all__ = ["SwitchPollerSettings", "main", "run"]
 
@@ -44,9 +47,25 @@ async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
             return bus.nc.is_connected
 
         await stack.enter_async_context(ops_server(registry, settings.ops_port, healthy))
-        connected.set(0)
-        log.info("switch-poller ready; no switch connected", extra={"interval_s": settings.interval_s})
-        await stop.wait()
+        switches = await KvMirror(await bus.kv("kvbench_switches"), "kvbench_switches").start()
+        secrets = await KvMirror(await bus.kv("kvbench_secrets"), "kvbench_secrets").start()
+        stack.push_async_callback(switches.stop)
+        stack.push_async_callback(secrets.stop)
+        unread = Gauge(metric_name("switch_poller", "switches_unread", "count"), "Switches not read", registry=registry)
+        poller = Poller(switches.snapshot, secrets.snapshot, bus.publish)
+
+        async def count() -> None:
+            while not stop.is_set():
+                connected.set(len(poller.status))
+                unread.set(sum(1 for s in poller.status.values() if not s.ok))
+                await asyncio.sleep(1.0)
+
+        log.info("switch-poller ready", extra={"interval_s": settings.interval_s})
+        counting = asyncio.create_task(count())
+        try:
+            await poller.run(settings.interval_s, stop)
+        finally:
+            counting.cancel()
 
 
 def main() -> None:

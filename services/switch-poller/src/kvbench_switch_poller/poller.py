@@ -1,0 +1,84 @@
+"""Polls every connected switch on an interval and publishes what it read, or that it could not read it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
+from kvbench_switch_poller.snmp import SnmpError, SnmpPoll, poll_snmp
+
+__all__ = ["Poller", "SwitchStatus"]
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[Envelope], Awaitable[object]]
+PollFn = Callable[[SwitchConfig, str], Awaitable[SnmpPoll]]
+
+
+@dataclass
+class SwitchStatus:
+    ok: bool = False
+    last_ok_ns: int | None = None
+    error: str | None = None
+    polls: int = 0
+
+
+class Poller:
+    def __init__(
+        self,
+        switches: Callable[[], dict[str, bytes]],
+        secrets: Callable[[], dict[str, bytes]],
+        publish: Publish,
+        poll: PollFn = poll_snmp,
+    ) -> None:
+        self._switches, self._secrets, self._publish, self._poll = switches, secrets, publish, poll
+        self.status: dict[str, SwitchStatus] = {}
+
+    def configs(self) -> list[SwitchConfig]:
+        out = []
+        for name, raw in sorted(self._switches().items()):
+            try:
+                out.append(SwitchConfig.model_validate_json(raw))
+            except ValidationError as exc:
+                log.error("switch entry is not valid; skipped", extra={"switch": name, "error": str(exc)[:300]})
+        return out
+
+    async def poll_once(self) -> None:
+        await asyncio.gather(*(self._poll_switch(config) for config in self.configs() if config.protocol == "snmp"))
+
+    async def _poll_switch(self, config: SwitchConfig) -> None:
+        status = self.status.setdefault(config.name, SwitchStatus())
+        status.polls += 1
+        secret = self._secrets().get(config.secret)
+        if secret is None:
+            await self._unread(config, status, f"switch {config.name}: its secret {config.secret!r} is not stored")
+            return
+        try:
+            result = await self._poll(config, secret.decode())
+        except SnmpError as exc:
+            await self._unread(config, status, str(exc))
+            return
+        status.ok, status.error, status.last_ok_ns = True, None, time.time_ns()
+        await self._publish(SwitchSampled(switch=config.name, samples=result.samples, lldp_remote=result.lldp_remote))
+
+    async def _unread(self, config: SwitchConfig, status: SwitchStatus, reason: str) -> None:
+        status.ok, status.error = False, reason
+        log.warning("switch unread", extra={"switch": config.name, "reason": reason})
+        await self._publish(SwitchUnread(switch=config.name, reason=reason))
+
+    async def run(self, interval_s: float, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            await self.poll_once()
+            remaining = interval_s - (time.monotonic() - started)
+            if remaining > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), remaining)

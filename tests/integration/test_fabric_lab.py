@@ -1,0 +1,121 @@
+"""The switch-poller and the node agent's fabric readers against a real snmpd and lldpd (fabric.md §5, §7)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
+from kvbench_node_agent.fabric import parse_lldpctl_json0
+from kvbench_switch_poller.poller import Poller
+from kvbench_switch_poller.snmp import SnmpError, SnmpPoll, poll_snmp
+
+from .fabric_lab import V3_AUTH, V3_PRIV, V3_USER, FabricLab, lab_available
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(lab_available() is not None, reason=str(lab_available()))]
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[FabricLab]:
+    # straight under /tmp, world-traversable: lldpd's privilege-separated side must reach its socket
+    workdir = Path(tempfile.mkdtemp(prefix="kvbench-fabric-"))
+    workdir.chmod(0o755)
+    built = FabricLab(workdir)
+    try:
+        yield built.up()
+    finally:
+        built.down()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _config(lab: FabricLab, version: str = "3") -> SwitchConfig:
+    return SwitchConfig(name="leaf1", address=lab.agent_ip, port=lab.agent_port, snmp_version=version, secret="leaf1")  # type: ignore[arg-type]
+
+
+V3_SECRET = f"{V3_USER}:{V3_AUTH}:{V3_PRIV}"
+
+
+def _port(poll: SnmpPoll, counter: str, port: str = "swp1") -> int:
+    values = [s.value for s in poll.samples if s.port == port and s.counter == counter]
+    assert values, f"no {counter} for {port}"
+    return values[0]
+
+
+async def test_snmp_v3_and_v2c_read_the_ports_state(lab: FabricLab) -> None:
+    poll = await poll_snmp(_config(lab), V3_SECRET)
+    assert _port(poll, "if.speed") == 10_000  # veth reports 10 Gb/s
+    assert _port(poll, "if.mtu") == 9000
+    assert _port(poll, "if.oper_status") == 1
+    v2 = await poll_snmp(_config(lab, "2c"), "lab-community")
+    assert _port(v2, "if.mtu") == 9000
+    with pytest.raises(SnmpError):
+        await poll_snmp(_config(lab), f"{V3_USER}:wrong-auth-key:{V3_PRIV}", timeout_s=1.0)
+
+
+async def test_switch_counters_agree_with_the_kernels(lab: FabricLab) -> None:
+    """Host tx bytes and switch ifHCInOctets for the same cable, after a bounded burst (the agent serves cached
+    values, so read until it has caught up)."""
+    before_host = lab.host_counter("tx_bytes")
+    before_switch = _port(await poll_snmp(_config(lab), V3_SECRET), "if.in_octets")
+    lab.burst(2000, 8000)
+    after_host = lab.host_counter("tx_bytes")
+    deadline = time.monotonic() + 15
+    while True:
+        after_switch = _port(await poll_snmp(_config(lab), V3_SECRET), "if.in_octets")
+        if after_switch - before_switch >= after_host - before_host or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    host_delta, switch_delta = after_host - before_host, after_switch - before_switch
+    assert host_delta >= 2000 * 8000
+    # background frames (LLDP every second, ARP) differ between the two reads; a few kB at most
+    assert abs(switch_delta - host_delta) <= max(0.001 * host_delta, 8192)
+
+
+async def test_lldp_maps_the_cable_from_both_sides(lab: FabricLab) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        host_view = [n for n in parse_lldpctl_json0(lab.lldpctl_json0()) if n.system_name == "leaf1"]
+        switch_view = [
+            n for n in (await poll_snmp(_config(lab), V3_SECRET)).lldp_remote if n.system_name == "gpu-node-1"
+        ]
+        if (host_view and switch_view) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert [(n.local_port, n.port_id, n.port_id_subtype) for n in host_view] == [("eth1", "swp1", "ifname")]
+    assert host_view[0].mgmt_addresses  # the switch advertises where it is managed
+    assert [(n.local_port, n.port_descr) for n in switch_view] == [("swp1", "eth1")]
+
+
+async def test_a_stopped_agent_makes_the_switch_unread_with_the_reason(lab: FabricLab) -> None:
+    published: list[Envelope] = []
+
+    async def publish(event: Envelope) -> None:
+        published.append(event)
+
+    config = _config(lab).model_copy(update={"secret": "leaf1-creds"})
+    switches = {"leaf1": config.model_dump_json().encode()}
+    stored = {"leaf1-creds": V3_SECRET.encode()}
+
+    async def quick(c: SwitchConfig, s: str) -> SnmpPoll:
+        return await poll_snmp(c, s, timeout_s=1.0)
+
+    poller = Poller(lambda: switches, lambda: stored, publish, quick)
+    await poller.poll_once()
+    assert isinstance(published[-1], SwitchSampled)
+    assert poller.status["leaf1"].ok
+    lab.stop_snmpd()
+    try:
+        await poller.poll_once()
+        assert isinstance(published[-1], SwitchUnread)
+        assert "timeout" in published[-1].reason
+        assert V3_AUTH not in published[-1].reason
+        assert V3_PRIV not in published[-1].model_dump_json()
+        assert not poller.status["leaf1"].ok
+    finally:
+        lab.start_snmpd()
