@@ -161,6 +161,26 @@ def test_secrets_are_write_only(client: TestClient) -> None:
     assert client.delete("/v1/secrets/hf-token", headers=AUTH).status_code == 204
 
 
+def test_switches_are_connected_with_a_credential_that_is_never_returned(client: TestClient) -> None:
+    credential = "kvro:" + uuid.uuid4().hex + ":" + uuid.uuid4().hex
+    body = {"name": "leaf1", "address": "10.0.0.1", "credential": credential, "ignore_ports": ["mgmt0"]}
+    assert client.post("/v1/switches", json=body).status_code in (401, 403)  # a token is required
+    created = client.post("/v1/switches", json=body, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert credential not in created.text
+    listed = client.get("/v1/switches")
+    assert [s["name"] for s in listed.json()["connected"]] == ["leaf1"]
+    assert listed.json()["connected"][0]["ignore_ports"] == ["mgmt0"]
+    assert credential not in listed.text
+    assert {"name": "switch-leaf1"} in client.get("/v1/secrets").json()  # stored as a secret, by name only
+    bad = client.post("/v1/switches", json={**body, "snmp_version": "1"}, headers=AUTH)
+    assert bad.status_code == 422
+    assert credential not in bad.text
+    assert client.delete("/v1/switches/leaf1", headers=AUTH).status_code == 204
+    assert client.delete("/v1/switches/leaf1", headers=AUTH).status_code == 404
+    assert {"name": "switch-leaf1"} not in client.get("/v1/secrets").json()
+
+
 def test_catalog_says_why_a_stack_cannot_be_chosen(client: TestClient) -> None:
     rows = {
         r["id"]: r

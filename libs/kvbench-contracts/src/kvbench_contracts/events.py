@@ -53,6 +53,9 @@ class NodeInventory(BaseModel):
     binaries: list[str] = Field(default_factory=list, description="Engine binaries found on PATH")
     disks: list[dict[str, Any]] = Field(default_factory=list, description="Mounts: {mount, fstype, total_gb, free_gb}")
     nics: list[dict[str, Any]] = Field(default_factory=list, description="NICs: {name, mac, mtu, speed_mbps, state}")
+    lldp: list[dict[str, Any]] = Field(
+        default_factory=list, description="LLDP neighbours of the NICs (lldpd): which switch port each is cabled to"
+    )
 
 
 class NodeRegistered(Envelope):

@@ -10,6 +10,7 @@ import subprocess
 from typing import Any
 
 from kvbench_contracts.events import NodeInventory
+from kvbench_node_agent.fabric import lldp_neighbors
 
 __all__ = ["collect_inventory"]
 
@@ -203,4 +204,5 @@ def collect_inventory(node_id: str, simulated: bool, group: str | None, address:
         binaries=[b for b in ENGINE_BINARIES if shutil.which(b)],
         disks=disks(),
         nics=nics(),
+        lldp=[] if simulated else [n.model_dump() for n in lldp_neighbors()],
     )

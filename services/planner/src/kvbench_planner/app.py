@@ -7,7 +7,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +17,7 @@ from prometheus_client import Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from kvbench_contracts.fabric import SwitchConfig
 from kvbench_contracts.plan import Plan
 from kvbench_core.bus import Bus
 from kvbench_core.metrics import metric_name, new_registry
@@ -57,6 +58,26 @@ class ClusterGroupIn(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN.pattern, description="Group name: lowercase letters, digits, dashes")
     nodes: list[str] = Field(min_length=1, max_length=256, description="Node ids of registered machines")
+
+
+class SwitchIn(BaseModel):
+    """A switch to connect: where to read it and a read-only login (stored as a secret, never returned)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="Switch name, usually its sysName")
+    address: str = Field(min_length=1, description="Host or IP the poller reads")
+    port: int = Field(161, ge=1, le=65535, description="SNMP UDP port")
+    protocol: Literal["snmp", "gnmi"] = Field("snmp", description="Driver (gNMI is not polled yet)")
+    snmp_version: Literal["2c", "3"] = Field("3", description="SNMP version")
+    credential: SecretStr = Field(
+        min_length=1, description="Read-only login: the v2c community, or SNMPv3 'user:authkey:privkey'"
+    )
+    auth_protocol: Literal["SHA", "SHA256", "MD5"] = Field("SHA", description="SNMPv3 authentication")
+    priv_protocol: Literal["AES", "AES256", "DES"] = Field("AES", description="SNMPv3 privacy")
+    chassis_id: str | None = Field(None, description="LLDP chassis id, to match what the machines see")
+    ignore_ports: list[str] = Field(default_factory=list, description="Ports that carry no benchmark traffic")
+    no_benchmark_traffic: bool = Field(False, description="This switch carries none: it never blocks publishing")
 
 
 class SecretIn(BaseModel):
@@ -372,6 +393,38 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     async def delete_secret(name: str, request: Request) -> Response:
         if not await registry_of(request).delete_secret(name):
             raise HTTPException(status_code=404, detail=f"no secret {name}")
+        return Response(status_code=204)
+
+    @app.get("/v1/switches", tags=["switches"])
+    async def list_switches(request: Request) -> dict[str, Any]:
+        """Connected switches (never their credentials) and the switches the machines' LLDP found, so you know
+        which ones to connect."""
+        registry = registry_of(request)
+        return {
+            "connected": [c.model_dump(exclude={"secret"}) for c in registry.switches()],
+            "discovered": registry.discovered_switches(),
+        }
+
+    @app.post("/v1/switches", tags=["switches"], status_code=201, dependencies=[Depends(require_token)])
+    async def connect_switch(switch: SwitchIn, request: Request) -> dict[str, Any]:
+        config = SwitchConfig(
+            **switch.model_dump(exclude={"credential"}),
+            secret=Registry.switch_secret_name(switch.name),
+        )
+        stored = await registry_of(request).put_switch(config, switch.credential.get_secret_value())
+        log.info("switch connected", extra={"switch": switch.name, "address": switch.address})
+        return stored.model_dump(exclude={"secret"})
+
+    @app.delete(
+        "/v1/switches/{name}",
+        tags=["switches"],
+        status_code=204,
+        dependencies=[Depends(require_token)],
+        responses={404: {"description": "No such switch"}},
+    )
+    async def disconnect_switch(name: str, request: Request) -> Response:
+        if not await registry_of(request).delete_switch(name):
+            raise HTTPException(status_code=404, detail=f"no switch {name}")
         return Response(status_code=204)
 
     @app.get("/v1/catalog/stacks", tags=["catalog"])

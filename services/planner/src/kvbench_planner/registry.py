@@ -12,6 +12,7 @@ import re
 import time
 from typing import Any
 
+from kvbench_contracts.fabric import SwitchConfig
 from kvbench_contracts.streams import BUCKETS
 from kvbench_core.bus import Bus
 from kvbench_core.kvmirror import KvMirror
@@ -29,7 +30,7 @@ class Registry:
         self._mirrors: dict[str, KvMirror] = {}
 
     async def start(self) -> Registry:
-        for bucket in ("kvbench_nodes", "kvbench_inventory", "kvbench_groups", "kvbench_secrets"):
+        for bucket in ("kvbench_nodes", "kvbench_inventory", "kvbench_groups", "kvbench_secrets", "kvbench_switches"):
             self._mirrors[bucket] = await KvMirror(await self.bus.kv(bucket), bucket).start()
         return self
 
@@ -84,3 +85,51 @@ class Registry:
             return False
         await self._mirrors["kvbench_secrets"].purge(name)
         return True
+
+    # -- switches -------------------------------------------------------------------------------
+    @staticmethod
+    def switch_secret_name(switch: str) -> str:
+        return "switch-" + re.sub(r"[^a-z0-9-]", "-", switch.lower())[:55]
+
+    async def put_switch(self, config: SwitchConfig, credential: str) -> SwitchConfig:
+        """The credential goes to the secrets bucket; the switch entry only names it."""
+        stored = config.model_copy(update={"secret": self.switch_secret_name(config.name)})
+        await self.put_secret(stored.secret, credential)
+        await self._mirrors["kvbench_switches"].put(config.name, stored.model_dump_json().encode())
+        return stored
+
+    def switches(self) -> list[SwitchConfig]:
+        return [
+            SwitchConfig.model_validate_json(v) for _, v in sorted(self._mirrors["kvbench_switches"].snapshot().items())
+        ]
+
+    async def delete_switch(self, name: str) -> bool:
+        if name not in self._mirrors["kvbench_switches"].values:
+            return False
+        await self._mirrors["kvbench_switches"].purge(name)
+        await self.delete_secret(self.switch_secret_name(name))
+        return True
+
+    def discovered_switches(self) -> list[dict[str, Any]]:
+        """Switches the machines' LLDP neighbours name, with the NICs cabled to them, and whether connected."""
+        connected = {c.name for c in self.switches()} | {c.chassis_id for c in self.switches() if c.chassis_id}
+        found: dict[str, dict[str, Any]] = {}
+        for node, raw in sorted(self._mirrors["kvbench_inventory"].snapshot().items()):
+            inventory = json.loads(raw)
+            for neighbour in inventory.get("lldp", []):
+                key = str(neighbour.get("chassis_id"))
+                entry = found.setdefault(
+                    key,
+                    {
+                        "chassis_id": key,
+                        "system_name": neighbour.get("system_name", ""),
+                        "mgmt_addresses": neighbour.get("mgmt_addresses", []),
+                        "cabled": [],
+                    },
+                )
+                entry["cabled"].append(
+                    {"node": node, "nic": neighbour.get("local_port"), "port": neighbour.get("port_id")}
+                )
+        for entry in found.values():
+            entry["connected"] = entry["chassis_id"] in connected or entry["system_name"] in connected
+        return sorted(found.values(), key=lambda e: (e["connected"], e["system_name"]))
