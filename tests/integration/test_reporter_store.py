@@ -38,7 +38,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3]
+        assert await apply_migrations(conn) == [1, 2, 3, 4]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -175,5 +175,65 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
         assert len(rows) == 30
         stored = await store.records(run_id, "J9")
         assert stored[0].chunk_times_s == [0.1, 0.3, 0.5]  # packed arrays read back exactly
+    finally:
+        await store.close()
+
+
+async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around_the_run(fresh_database: str) -> None:
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from kvbench_contracts.events import NodeInventory, NodeRegistered, RunStarted, StackReady  # noqa: PLC0415
+    from kvbench_contracts.fabric import CounterSample, LldpNeighbor, SwitchSampled, SwitchUnread  # noqa: PLC0415
+    from kvbench_reporter.fabric import fabric_section  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
+        await ingestor.control([RunSubmitted(run_id="RF", plan_name="p", plan=plan, jobs=[])])
+        cable = LldpNeighbor(local_port="eth1", chassis_id="aa:bb", system_name="leaf1", port_id="swp1")
+        inventory = NodeInventory(node_id="gpu-a", hostname="gpu-a", simulated=False, lldp=[cable.model_dump()])
+        registered = NodeRegistered(node_id="gpu-a", inventory=inventory)
+        ready = StackReady(deployment_id="D1", run_id="RF", node_id="gpu-a", endpoints=[])  # the machine ran the pool
+        await ingestor.control([registered, ready, RunStarted(run_id="RF")])
+        t0 = datetime.now(UTC)
+        t1 = t0 + timedelta(seconds=60)
+
+        def read(at: datetime, octets: int) -> SwitchSampled:
+            ns = int(at.timestamp() * 1e9)
+            common = {"device": "leaf1", "device_kind": "switch", "port": "swp1", "ts_request_ns": ns,
+                      "ts_response_ns": ns, "source": "snmp:test", "epoch": "boot1"}  # fmt: skip
+            samples = [
+                CounterSample.model_validate({**common, "counter": "if.in_octets", "value": octets, "unit": "octets"}),
+                CounterSample.model_validate(
+                    {**common, "counter": "if.speed", "value": 10_000, "unit": "mbps", "kind": "gauge"}
+                ),
+            ]
+            return SwitchSampled(switch="leaf1", samples=samples, occurred_at=at)
+
+        # nothing read yet: the gate names the switch
+        section = await fabric_section(store, "RF", t0, t1)
+        assert not section["publish_gate"]["publishable"]
+        assert section["publish_gate"]["code"] == "switch_unread"
+        assert section["publish_gate"]["switches"][0]["switch"] == "leaf1"
+        await store.insert_switch_reads(
+            [read(t0 - timedelta(seconds=10), 1_000), read(t1 + timedelta(seconds=10), 751_001_000)]
+        )
+        section = await fabric_section(store, "RF", t0, t1)
+        assert section["publish_gate"]["publishable"], section
+        port = section["switches"][0]["ports"][0]
+        assert port["if.in_octets_delta"] == 751_000_000
+        assert port["in_utilization"] == pytest.approx(8 * 751_000_000 / (80 * 10e9))
+        # a failed read inside the window: unread, with the poller's reason
+        await store.insert_switch_reads(
+            [SwitchUnread(switch="leaf1", reason="timed out", occurred_at=t0 + timedelta(seconds=30))]
+        )
+        section = await fabric_section(store, "RF", t0, t1)
+        assert not section["publish_gate"]["publishable"]
+        assert section["publish_gate"]["switches"][0]["reason"] == "timed out"
     finally:
         await store.close()

@@ -23,6 +23,7 @@ from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
 from kvbench_core.columns import Columns
 from kvbench_core.models import find_model
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
+from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
 
 __all__ = ["COUNTERS", "build_report", "counter_deltas", "records_complete"]
@@ -409,6 +410,13 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         }
         for e in await store.events(run_id)
     ]
+    fabric = await fabric_section(store, run_id, run["started_at"], run["finished_at"])
+    if not fabric["publish_gate"]["publishable"]:
+        gate = fabric["publish_gate"]
+        names = ", ".join(s["switch"] for s in gate["switches"])
+        for workload in workloads_out:
+            workload["validity"]["verdict"] = "invalid"
+            workload["validity"]["reasons"].insert(0, f"{gate['code']}: {gate['message']} ({names}). {gate['fix']}")
     return {
         "run_id": run_id,
         "plan_name": run["plan_name"],
@@ -431,5 +439,6 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "over the window",
         },
         "workloads": workloads_out,
+        "fabric": fabric,
         "events": events,
     }

@@ -104,6 +104,11 @@ class Report(_Open):
     generated_at: str = Field(description="ISO 8601, UTC")
     definitions: dict[str, str] = Field(description="Every figure's definition, as the report computed it")
     workloads: list[Workload] = Field(description="Workloads compared, then each workload's five questions")
+    fabric: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Switches the machines are cabled to, whether each was read around the run, port deltas "
+        "and utilisation, and the publish gate (switch_unread)",
+    )
     events: list[dict[str, Any]] = Field(description="The run's events, machine by machine")
 
 

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kvbench_contracts.envelope import Envelope, utc_now
 from kvbench_contracts.events import EngineSampled
+from kvbench_contracts.fabric import SwitchSampled, SwitchUnread
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -68,6 +69,10 @@ class Reporter:
     async def on_telemetry(self, samples: list[Envelope]) -> None:
         await self.store.insert_engine_samples([s for s in samples if isinstance(s, EngineSampled)])
         self._lag("telemetry", samples)
+
+    async def on_fabric(self, events: list[Envelope]) -> None:
+        await self.store.insert_switch_reads(events)
+        self._lag("fabric", events)
 
     async def on_run_finished(self, run_id: str) -> None:
         task = asyncio.create_task(self.finalize(run_id), name=f"report:{run_id}")
@@ -195,6 +200,13 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
             durable="reporter-telemetry",
             filter_subject="kvbench.engine.>",
             batch=200,
+        )
+        bus.subscribe_batch(
+            [SwitchSampled, SwitchUnread],
+            reporter.on_fabric,
+            durable="reporter-fabric",
+            filter_subject="kvbench.switch.>",
+            batch=100,
         )
         if settings.grafana_url and settings.grafana_token:
             try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, TypeAlias
 
@@ -13,6 +13,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
+from kvbench_contracts.fabric import SwitchSampled, SwitchUnread
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.columns import Columns, pack_floats, pack_ints, unpack_floats, unpack_ints
 
@@ -191,6 +192,43 @@ class Store:
                     )
                     for s in samples
                 ],
+            )
+
+    async def insert_switch_reads(self, events: Sequence[Envelope]) -> None:
+        """Switch reads: the outcome of each (for the publish gate) and, when good, every counter sample."""
+        reads: list[tuple[str, str, bool, str | None, datetime]] = []
+        samples: list[tuple[object, ...]] = []
+        for e in events:
+            if isinstance(e, SwitchSampled):
+                reads.append((e.event_id, e.switch, True, None, e.occurred_at))
+                samples += [
+                    (
+                        e.event_id,
+                        s.device,
+                        s.port,
+                        s.counter,
+                        json.dumps(s.qualifier, sort_keys=True) if s.qualifier else "",
+                        s.value,
+                        s.unit,
+                        s.source,
+                        None,
+                        datetime.fromtimestamp(s.ts_response_ns / 1e9, tz=UTC),
+                        s.epoch,
+                    )
+                    for s in e.samples
+                ]
+            elif isinstance(e, SwitchUnread):
+                reads.append((e.event_id, e.switch, False, e.reason, e.occurred_at))
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.executemany(
+                "INSERT INTO switch_reads (event_id, switch, ok, reason, read_at) VALUES ($1,$2,$3,$4,$5) "
+                "ON CONFLICT (event_id) DO NOTHING",
+                reads,
+            )
+            await conn.executemany(
+                "INSERT INTO fabric_samples (event_id, device, port, counter, qualifier, value, unit, source, "
+                "device_ts, poll_ts, epoch) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) ON CONFLICT DO NOTHING",
+                samples,
             )
 
     # -- reads --------------------------------------------------------------------------------
