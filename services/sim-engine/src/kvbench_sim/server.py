@@ -80,10 +80,14 @@ class PacedEngine:
             plan = self.engine.schedule(max(self._clock_s, self.now_s()))
             if plan is None:
                 # idle: wait for a request, a KV transfer landing or the end of a (re)start, whichever is first
-                wake_at = [t for t in (self.engine.next_transfer_s(), self.engine.serving_from_s) if t is not None]
-                future = [t for t in wake_at if t > self.now_s()]
+                now = self.now_s()
+                transfer = self.engine.next_transfer_s()
+                if transfer is not None and transfer <= now:
+                    await asyncio.sleep(0)  # landed while we looked: apply it on the next pass, never sleep past it
+                    continue
+                future = [t for t in (transfer, self.engine.serving_from_s) if t is not None and t > now]
                 self._wake.clear()
-                timeout = (min(future) - self.now_s()) / self.speed if future else None
+                timeout = (min(future) - now) / self.speed if future else None
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 continue
