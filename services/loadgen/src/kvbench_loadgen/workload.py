@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from kvbench_contracts.plan import Shape
 from kvbench_loadgen.agentic import load_agentic, resolve_dataset
 from kvbench_loadgen.prompts import TOKENIZER_NAME, words
 from kvbench_loadgen.sessions import ReplaySession, Session, Turn
@@ -23,14 +24,7 @@ from kvbench_loadgen.traces import trace_sessions
 
 __all__ = ["Source", "SyntheticSession", "UnsupportedShapeError", "build_source", "contexts_for_ratio"]
 
-SHAPES = (
-    "agentic_replay",
-    "synthetic_sessions",
-    "shared_prompt",
-    "per_user_history",
-    "trace_replay",
-    "document_reuse",
-)
+SHAPES: tuple[str, ...] = get_args(Shape)
 
 
 class UnsupportedShapeError(ValueError):

@@ -395,18 +395,22 @@ class Engine:
         for req in plan.decode:
             if req.finished:
                 continue
-            if req.first_token_s is None:
-                req.first_token_s = times[0]
-            req.output += k
-            self.counters.generation_tokens += k
-            done = req.output >= req.max_tokens
-            if done:
-                req.finished = True
-                self.running.remove(req)
-                self._free(req)
-                self.counters.requests_finished += 1
-            out.append((req.request_id, times, done))
+            out.append((req.request_id, times, self._produce(req, k, times[0])))
         return out
+
+    def _produce(self, req: SimRequest, tokens: int, first_at_s: float) -> bool:
+        """``tokens`` more output tokens for ``req``; True when that finishes it (its blocks go back)."""
+        if req.first_token_s is None:
+            req.first_token_s = first_at_s
+        req.output += tokens
+        self.counters.generation_tokens += tokens
+        if req.output < req.max_tokens:
+            return False
+        req.finished = True
+        self.running.remove(req)
+        self._free(req)
+        self.counters.requests_finished += 1
+        return True
 
     def complete(self, plan: StepPlan, now_s: float) -> list[TokenEvent]:
         self.clock_s = max(self.clock_s, now_s)
@@ -441,14 +445,5 @@ class Engine:
         req.registered = max(req.registered, full)
 
     def _emit(self, req: SimRequest, now_s: float) -> TokenEvent:
-        req.output += 1
-        self.counters.generation_tokens += 1
-        if req.first_token_s is None:
-            req.first_token_s = now_s
-        done = req.output >= req.max_tokens
-        if done:
-            req.finished = True
-            self.running.remove(req)
-            self._free(req)
-            self.counters.requests_finished += 1
+        done = self._produce(req, 1, now_s)
         return TokenEvent(req.request_id, req.output - 1, now_s, done)
