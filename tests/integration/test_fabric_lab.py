@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
 from kvbench_node_agent.fabric import parse_lldpctl_json0
+from kvbench_reporter.agreement import HostSide, SwitchSide, agreement_checks
 from kvbench_switch_poller.poller import Poller
 from kvbench_switch_poller.snmp import SnmpError, SnmpPoll, poll_snmp
 
@@ -92,6 +97,71 @@ async def test_lldp_maps_the_cable_from_both_sides(lab: FabricLab) -> None:
     assert [(n.local_port, n.port_descr) for n in switch_view] == [("swp1", "eth1")]
 
 
+def _host_side(lab: FabricLab) -> dict[str, Any]:
+    """The node agent's own readers, run inside the host's namespace (its /sys is that namespace's)."""
+    code = (
+        "import json; from kvbench_node_agent.fabric import nic_counter_samples; "
+        "from kvbench_node_agent.inventory import nics; "
+        "print(json.dumps({'nics': nics(), 'samples': [s.model_dump() for s in nic_counter_samples('gpu-node-1')]}))"
+    )
+    argv = ["ip", "netns", "exec", lab.h1, sys.executable, "-c", code]
+    found: dict[str, Any] = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+    return found
+
+
+async def test_nic_and_switch_port_agree_and_a_cross_wired_map_fails(lab: FabricLab) -> None:
+    before_host = _host_side(lab)
+    before_switch = await poll_snmp(_config(lab), V3_SECRET)
+    lab.burst(1000, 4000)
+    after_host = _host_side(lab)
+    deadline = time.monotonic() + 15
+    while True:  # the agent serves cached counters: wait until it has caught up with the burst
+        after_switch = await poll_snmp(_config(lab), V3_SECRET)
+        if _port(after_switch, "if.in_octets") - _port(before_switch, "if.in_octets") >= 1000 * 4000:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+
+    def host_deltas() -> dict[str, int]:
+        def values(side: dict[str, Any]) -> dict[str, int]:
+            return {s["counter"]: s["value"] for s in side["samples"] if s["port"] == "eth1"}
+
+        a, b = values(before_host), values(after_host)
+        return {k: b[k] - a[k] for k in b}
+
+    nic = next(n for n in after_host["nics"] if n["name"] == "eth1")
+    lldp = next(n for n in parse_lldpctl_json0(lab.lldpctl_json0()) if n.local_port == "eth1")
+    host = HostSide(
+        host="gpu-node-1", nic="eth1", mac=nic["mac"], state=nic["state"], speed_mbps=nic["speed_mbps"], mtu=nic["mtu"],
+        lldp_switch=lldp.system_name, lldp_port=lldp.port_id, deltas=host_deltas(),
+    )  # fmt: skip
+    switch_deltas = {
+        c: _port(after_switch, c) - _port(before_switch, c)
+        for c in ("if.in_octets", "if.out_octets", "if.in_errors", "if.out_errors")
+    }
+    remote = [r.model_dump() for r in after_switch.lldp_remote if r.local_port == "swp1"]
+    switch = SwitchSide(
+        switch="leaf1", port="swp1", oper_status=_port(after_switch, "if.oper_status"),
+        speed_mbps=_port(after_switch, "if.speed"), mtu=_port(after_switch, "if.mtu"), lldp_remote=remote,
+        deltas=switch_deltas,
+    )  # fmt: skip
+    checks = {c.check: c for c in agreement_checks(host, switch)}
+    assert {name: c.verdict for name, c in checks.items()} == {
+        "cable": "PASS",
+        "link_state": "PASS",
+        "speed": "PASS",
+        "mtu": "PASS",
+        "bytes (host tx vs switch rx)": "PASS",
+        "bytes (switch tx vs host rx)": "PASS",
+        "errors": "PASS",
+    }, checks
+    crossed = SwitchSide(switch="leaf1", port="swp2", oper_status=1, speed_mbps=10_000, mtu=9000, lldp_remote=[])
+    assert agreement_checks(host, crossed)[0].verdict == "FAIL"
+    smaller = HostSide(**{**host.__dict__, "mtu": 1500})
+    assert next(c for c in agreement_checks(smaller, switch) if c.check == "mtu").verdict == "FAIL"
+
+
+# last: it restarts the agent, and lldpd's AgentX link takes a while to come back
 async def test_a_stopped_agent_makes_the_switch_unread_with_the_reason(lab: FabricLab) -> None:
     published: list[Envelope] = []
 
