@@ -37,8 +37,8 @@ def short_plan() -> PlanMaker:
         defaults["traffic"]["arrivals"]["users"] = [users]
         defaults["traffic"]["synthetic"].update(synthetic or {})
         defaults["measurement"].update(measurement or {})
-        if gpu_only:
-            plan["workloads"] = [w for w in plan["workloads"] if w["stack"] == "vllm-prefix-gpu"]
+        keep = ("vllm-prefix-gpu",) if gpu_only else ("vllm-prefix-gpu", "vllm-prefix-off")
+        plan["workloads"] = [w for w in plan["workloads"] if w["stack"] in keep]
         return str(yaml.safe_dump(plan))
 
     return make

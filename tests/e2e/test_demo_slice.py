@@ -93,6 +93,14 @@ def test_demo_slice_end_to_end(
             assert sum(sources["tokens"].values()) == pytest.approx(sources["prompt_tokens"])
             assert abs(sources["cross_check"]["difference"]) < 0.1
         assert gpu["test_points"][0]["load_level"] == 4
+        # the simulated machines are cabled to the simulated leaf, which the switch-poller read around the run
+        fabric = report["fabric"]
+        assert fabric["publish_gate"]["publishable"], fabric
+        (leaf,) = fabric["switches"]
+        assert leaf["switch"] == "sim-leaf"
+        assert leaf["read"]
+        assert sorted(p["port"] for p in leaf["ports"]) == ["swp1", "swp2"]
+        assert sorted(c["node"] for c in leaf["cabled"]) == ["sim-0", "sim-1"]
         assert gpu["limits"]["break_even_gbps"] > 0
 
         async def rows_per_workload() -> tuple[dict[str, int], dict[str, int], list[tuple[int, int]]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import sys
 import time
@@ -61,6 +62,9 @@ class DeploymentState:
         data = json.loads(path.read_text())
         data["services"] = [ServiceRecord(**s) for s in data.get("services", [])]
         return cls(**data)
+
+
+SIM_SWITCH = "sim-leaf"
 
 
 class LocalDeployment:
@@ -137,7 +141,17 @@ class LocalDeployment:
                     None,
                     {"KVBENCH_LOADGEN_SHARD_ID": f"loadgen-{i}"},
                 )
-            start("switch-poller", "kvbench_switch_poller", None)
+            start("switch-poller", "kvbench_switch_poller", None, {"KVBENCH_SWITCH_POLLER_INTERVAL_S": "2"})
+            switch_port, community = free_port(), secrets.token_urlsafe(18)
+            if sim_machines:  # the simulated machines' leaf switch, read over SNMP like a real one
+                switch = [sys.executable, "-m", "kvbench_sim.switch", "--name", SIM_SWITCH, "--port", str(switch_port),
+                          "--machines", str(sim_machines), "--nats-url", state.nats_url]  # fmt: skip
+                log = log_dir / "sim-switch.log"
+                proc = spawn(
+                    switch, log, {**env, "KVBENCH_SIM_SWITCH_COMMUNITY": community}, tie_to_parent=tie_to_parent
+                )
+                state.services.append(ServiceRecord("sim-switch", proc.pid, str(log), None, "kvbench_sim.switch", {}))
+                state.save(self.state_path)
             for i in range(sim_machines):
                 start(
                     f"node-agent-sim-{i}",
@@ -148,13 +162,26 @@ class LocalDeployment:
                         "KVBENCH_NODE_AGENT_SIMULATED": "true",
                         "KVBENCH_NODE_AGENT_GROUP": "sim",
                         "KVBENCH_NODE_AGENT_STATE_DIR": str(self.state_dir / "node-agent"),
+                        "KVBENCH_NODE_AGENT_SIM_SWITCH": SIM_SWITCH,
                     },
                 )
             self._wait_ready(state)
+            if sim_machines:
+                self._connect_switch(state, switch_port, community)
         except BaseException:
             self.down()
             raise
         return state
+
+    @staticmethod
+    def _connect_switch(state: DeploymentState, port: int, community: str) -> None:
+        """Register the simulated switch with the planner, as a user connects a real one (the community is stored
+        as a secret there and never shown again)."""
+        body = {"name": SIM_SWITCH, "address": "127.0.0.1", "port": port, "snmp_version": "2c", "credential": community}
+        with httpx.Client(timeout=10.0) as client:
+            response = client.post(f"{state.api_url}/v1/switches", json=body)
+        if response.status_code != 201:
+            raise StartupError(f"could not connect the simulated switch: HTTP {response.status_code}")
 
     @staticmethod
     def _env(state: DeploymentState) -> dict[str, str]:

@@ -85,6 +85,23 @@ def print_comparison(report: dict[str, Any]) -> None:
     for w in report["workloads"]:
         for reason in w["validity"]["reasons"]:
             console.print(f"  [dim]{w['name']}: {reason}[/dim]")
+    print_fabric(report.get("fabric") or {})
+
+
+def print_fabric(fabric: dict[str, Any]) -> None:
+    """Switches the run's machines are cabled to: read or not, and what their ports carried."""
+    gate = fabric.get("publish_gate") or {}
+    for switch in fabric.get("switches", []):
+        state = "read" if switch["read"] else f"[red]unread[/red] ({escape(str(switch.get('reason')))})"
+        console.print(f"switch {escape(switch['switch'])}: {state}, {switch['reads']} reads around the run")
+        for port in switch.get("ports", []):
+            moved = (port.get("if.in_octets_delta") or 0) + (port.get("if.out_octets_delta") or 0)
+            console.print(
+                f"  {port['port']}: {moved / 1e9:,.2f} GB over {port['window_s']:.0f} s "
+                f"(in {port.get('in_utilization', 0):.2%} / out {port.get('out_utilization', 0):.2%} of line rate)"
+            )
+    if gate and not gate.get("publishable", True):
+        console.print(f"[red]not publishable[/red] [{gate['code']}] {escape(gate['message'])}. {escape(gate['fix'])}")
 
 
 def print_refusal(body: dict[str, Any]) -> None:

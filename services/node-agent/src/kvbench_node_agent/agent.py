@@ -40,7 +40,9 @@ class NodeAgent:
         self.settings = settings
         self.bus = bus
         self.node_id = settings.node_id
-        self.inventory = collect_inventory(settings.node_id, settings.simulated, settings.group, settings.address)
+        self.inventory = collect_inventory(
+            settings.node_id, settings.simulated, settings.group, settings.address, sim_switch=settings.sim_switch
+        )
         state_dir = Path(settings.state_dir) / settings.node_id
         host = self.inventory.address or "127.0.0.1"
         self.sim = SimLauncher(settings.node_id, state_dir, settings.engine_health_timeout_s)

@@ -10,6 +10,7 @@ import subprocess
 from typing import Any
 
 from kvbench_contracts.events import NodeInventory
+from kvbench_contracts.fabric import LldpNeighbor
 from kvbench_node_agent.fabric import lldp_neighbors
 
 __all__ = ["collect_inventory"]
@@ -172,7 +173,21 @@ def gpu_samples() -> list[dict[str, float]]:
     return samples
 
 
-def collect_inventory(node_id: str, simulated: bool, group: str | None, address: str | None = None) -> NodeInventory:
+def _simulated_cable(node_id: str, switch: str | None) -> list[dict[str, Any]]:
+    """A simulated machine ``sim-<i>`` is cabled from its eth0 to port swp<i+1> of the simulated leaf."""
+    index = node_id.rsplit("-", 1)[-1]
+    if switch is None or not index.isdigit():
+        return []
+    cable = LldpNeighbor(
+        local_port="eth0", chassis_id=switch, chassis_id_subtype="local", system_name=switch,
+        port_id=f"swp{int(index) + 1}", port_id_subtype="ifname",
+    )  # fmt: skip
+    return [cable.model_dump()]
+
+
+def collect_inventory(
+    node_id: str, simulated: bool, group: str | None, address: str | None = None, sim_switch: str | None = None
+) -> NodeInventory:
     if simulated:
         return NodeInventory(
             node_id=node_id,
@@ -186,6 +201,7 @@ def collect_inventory(node_id: str, simulated: bool, group: str | None, address:
             cpus=os.cpu_count() or 0,
             group=group,
             address=address or socket.gethostname(),
+            lldp=_simulated_cable(node_id, sim_switch),
         )
     model, count, mem = _nvidia_gpus()
     return NodeInventory(
@@ -204,5 +220,5 @@ def collect_inventory(node_id: str, simulated: bool, group: str | None, address:
         binaries=[b for b in ENGINE_BINARIES if shutil.which(b)],
         disks=disks(),
         nics=nics(),
-        lldp=[] if simulated else [n.model_dump() for n in lldp_neighbors()],
+        lldp=[n.model_dump() for n in lldp_neighbors()],
     )

@@ -14,6 +14,7 @@ class NodeAgentSettings(ServiceSettings):
     node_id: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="Stable id of this machine")
     group: str | None = Field(None, description="Cluster group this machine registers into")
     simulated: bool = Field(False, description="This agent is one machine of a simulated cluster")
+    sim_switch: str | None = Field(None, description="Simulated machines: the simulated leaf switch they are cabled to")
     ops_port: int = Field(0, ge=0, le=65535, description="Port of /healthz and /metrics (0 = any free port)")
     heartbeat_s: float = Field(3.0, gt=0, le=60, description="Heartbeat period; the KV TTL is 15 s")
     state_dir: str = Field(".kvbench/node-agent", description="Engine logs and runtime files")

@@ -1,9 +1,10 @@
 """The report's fabric section and the publish gate (reference/fabric.md sections 6 and 7).
 
 Which switches count: those the run's machines are cabled to, by their LLDP neighbours. A result is
-publishable only when each of them has a good read at or before the start of the run's window (minus a guard
-band) and one at or after its end (plus the guard); otherwise the gate names the switches, with the reason of
-their last failed read. Port counters are differenced over the same bracketing reads.
+publishable only when each of them has a good read at or before the start of the run and one at or after its
+end, with no failed read between; otherwise the gate names the switches, with the reason of their last failed
+read. Port counters are differenced between the reads that bracket the run with a guard band where there are
+such reads (agents serve cached counters), else between the nearest bracketing reads.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ async def fabric_section(
                 {"node": row["node_id"], "nic": neighbour.get("local_port"), "port": neighbour.get("port_id")}
             )
     out: dict[str, Any] = {
-        "definition": f"switches the run's machines are cabled to (LLDP); a switch is read when a good read lies at "
-        f"or before window start - {guard_s:g} s and one at or after window end + {guard_s:g} s",
+        "definition": "switches the run's machines are cabled to (LLDP); a switch is read when a good read lies at or "
+        f"before the run's start + {guard_s:g} s (stacks take longer to stand up) and one at or after its end; port "
+        f"deltas span [start - {guard_s:g} s, end + {guard_s:g} s] where reads allow",
         "switches": [],
         "publish_gate": {"publishable": True},
     }
@@ -61,9 +63,10 @@ async def fabric_section(
             before - timedelta(seconds=reach_s),
             after + timedelta(seconds=reach_s),
         )
-        good_before = [r for r in reads if r["ok"] and r["read_at"] <= before]
-        good_after = [r for r in reads if r["ok"] and r["read_at"] >= after]
-        failed = [r for r in reads if not r["ok"]]
+        # up to a guard after the run's start: standing the first stack up takes longer, so no load is missed
+        good_before = [r for r in reads if r["ok"] and r["read_at"] <= start + timedelta(seconds=guard_s)]
+        good_after = [r for r in reads if r["ok"] and r["read_at"] >= end]
+        failed = [r for r in reads if not r["ok"] and start <= r["read_at"] <= end]
         entry: dict[str, Any] = {
             "switch": switch,
             "cabled": cables,
@@ -78,7 +81,11 @@ async def fabric_section(
         elif not (good_before and good_after):
             entry["reason"] = "no good read bracketing the window"
         if entry["read"]:
-            entry["ports"] = await _port_deltas(store, switch, good_before[-1]["read_at"], good_after[0]["read_at"])
+            guarded_before = [r for r in good_before if r["read_at"] <= before] or good_before
+            guarded_after = [r for r in good_after if r["read_at"] >= after] or good_after
+            t0, t1 = guarded_before[-1]["read_at"], guarded_after[0]["read_at"]
+            entry["window"] = {"from": t0.isoformat(), "to": t1.isoformat()}
+            entry["ports"] = await _port_deltas(store, switch, t0, t1)
         else:
             unread.append(entry)
         out["switches"].append(entry)

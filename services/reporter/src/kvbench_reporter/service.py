@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
@@ -21,6 +22,7 @@ from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.service import run_service
 from kvbench_core.settings import load_settings
 from kvbench_reporter.dashboards import push_dashboards
+from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.html import render_html
 from kvbench_reporter.ingest import CONTROL_MODELS, Ingestor
 from kvbench_reporter.report import build_report, records_complete
@@ -39,6 +41,7 @@ class Reporter:
         self.settings = settings
         self.ingestor = Ingestor(store, self.on_run_finished)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._finalizing: set[str] = set()  # runs whose report waits for records and switch reads
         self.m_records = Counter(
             metric_name("reporter", "records_ingested", "total"), "Request records stored", registry=registry
         )
@@ -75,18 +78,40 @@ class Reporter:
         self._lag("fabric", events)
 
     async def on_run_finished(self, run_id: str) -> None:
+        self._finalizing.add(run_id)
         task = asyncio.create_task(self.finalize(run_id), name=f"report:{run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def finalize(self, run_id: str) -> None:
         """Wait until every finished job's records are stored, then build and keep the report."""
-        # records come through another consumer: poll the table until every job's count is reached
-        for _ in range(max(1, int(self.settings.completeness_timeout_s / 0.25))):
-            if await records_complete(self.store, run_id):
-                break
-            await asyncio.sleep(0.25)
-        await self.build(run_id)
+        try:
+            # records come through another consumer: poll the table until every job's count is reached
+            for _ in range(max(1, int(self.settings.completeness_timeout_s / 0.25))):
+                if await records_complete(self.store, run_id):
+                    break
+                await asyncio.sleep(0.25)
+            await self._await_switch_reads(run_id)
+            await self.build(run_id)
+        except Exception:  # a background task must not die silently: the report would never be built
+            log.exception("report could not be built", extra={"run_id": run_id})
+        finally:
+            self._finalizing.discard(run_id)
+
+    async def _await_switch_reads(self, run_id: str) -> None:
+        """The switches' first reads after the run come a poll interval later: give them that long."""
+        run = await self.store.run(run_id)
+        if run is None:
+            return
+        deadline = time.monotonic() + self.settings.fabric_wait_s
+        while time.monotonic() < deadline:
+            section = await fabric_section(self.store, run_id, run["started_at"], run["finished_at"])
+            if section["publish_gate"]["publishable"] or any(
+                s.get("failed_reads") for s in section["switches"] if not s["read"]
+            ):
+                return
+            await asyncio.sleep(1.0)
+        log.warning("switches still unread after the fabric wait", extra={"run_id": run_id})
 
     async def build(self, run_id: str) -> tuple[dict[str, object], str] | None:
         report = await build_report(
@@ -106,6 +131,8 @@ class Reporter:
         return report, html
 
     async def report_for(self, run_id: str) -> tuple[dict[str, object], str] | None:
+        if run_id in self._finalizing:
+            return None  # records or switch reads are still coming: the caller hears 409 and asks again
         stored = await self.store.load_report(run_id)
         if stored is not None:
             return stored
@@ -155,6 +182,8 @@ class Reporter:
         run = await self.store.run(run_id)
         if run is None:
             return web.json_response({"detail": f"no run {run_id} (yet)"}, status=404)
+        if run_id in self._finalizing:
+            return web.json_response({"detail": f"run {run_id} ended; its report is being built"}, status=409)
         return web.json_response(
             {"detail": f"run {run_id} is {run['status']}; the report comes when it ends"}, status=409
         )

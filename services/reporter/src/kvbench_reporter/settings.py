@@ -15,6 +15,7 @@ class ReporterSettings(ServiceSettings):
     host: str = Field("127.0.0.1", description="Address of the report HTTP server")
     port: int = Field(8701, ge=1, le=65535, description="Port of the report HTTP server")
     completeness_timeout_s: float = Field(60.0, gt=0, description="Wait this long for a job's records to arrive")
+    fabric_wait_s: float = Field(15.0, ge=0, le=600, description="How long a finished run waits for switch reads")
     price_per_gpu_hour: dict[str, float] = Field(
         default_factory=dict, description='Cost table for the report, e.g. {"H100": 2.5, "L40S": 1.0} (JSON)'
     )

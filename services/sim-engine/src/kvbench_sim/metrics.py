@@ -74,11 +74,34 @@ class VllmMetrics:
         self.external_hits = Counter(
             "vllm:external_prefix_cache_hits", "Tokens a KV connector served", labels, registry=r
         )
-        self.offload_load_bytes = Counter("vllm:kv_offload_load_bytes", "Bytes loaded from tiers", labels, registry=r)
-        self.offload_store_bytes = Counter("vllm:kv_offload_store_bytes", "Bytes stored to tiers", labels, registry=r)
+        # bytes per tier, under the names the real connectors use: CPU offload, the tiering (disk) spec, a store
+        self.offload_load_bytes = Counter(
+            "vllm:kv_offload_load_bytes", "Bytes loaded from host memory", labels, registry=r
+        )
+        self.offload_store_bytes = Counter(
+            "vllm:kv_offload_store_bytes", "Bytes stored to host memory", labels, registry=r
+        )
+        self.disk_read_bytes = Counter("vllm:kv_offload_tiering_read_bytes", "Bytes read from disk", labels, registry=r)
+        self.disk_write_bytes = Counter(
+            "vllm:kv_offload_tiering_write_bytes", "Bytes written to disk", labels, registry=r
+        )
+        self.store_bytes = Counter(
+            "vllm:mooncake_store_operation_bytes", "Bytes moved to and from the shared store", [*labels, "operation"],
+            registry=r,
+        )  # fmt: skip
         self.lmcache_hit = Counter("lmcache_mp:lookup_hit", "LMCache lookup hits, tokens", ["tier"], registry=r)
         self._last = (0, 0, 0, 0, 0)
         self._last_tiers: dict[str, float] = {}
+
+    def _bytes(self, key: str, value: float) -> None:
+        lv = self._lv
+        direction, tier = key.split(":", 1)
+        if tier == "host":
+            (self.offload_load_bytes if direction == "load" else self.offload_store_bytes).labels(*lv).inc(value)
+        elif tier == "disk":
+            (self.disk_read_bytes if direction == "load" else self.disk_write_bytes).labels(*lv).inc(value)
+        else:
+            self.store_bytes.labels(*lv, "get" if direction == "load" else "put").inc(value)
 
     def describe_cache(self, engine: Engine) -> None:
         self.cache_config.labels(
@@ -102,8 +125,8 @@ class VllmMetrics:
             self.external_queries.labels(*lv).inc(deltas[0] - deltas[3])
             totals = {
                 **{f"hit:{k}": float(v) for k, v in c.tier_hits.items()},
-                "load": sum(c.tier_load_bytes.values()),
-                "store": sum(c.tier_store_bytes.values()),
+                **{f"load:{k}": v for k, v in c.tier_load_bytes.items()},
+                **{f"store:{k}": v for k, v in c.tier_store_bytes.items()},
             }
             step = {k: v - self._last_tiers.get(k, 0.0) for k, v in totals.items()}
             self._last_tiers = totals
@@ -116,10 +139,8 @@ class VllmMetrics:
                     source = {"host": "host", "disk": "disk"}.get(tier, "external_unspecified")
                     self.cached_by_source.labels(*lv, source).inc(value)
                     self.lmcache_hit.labels({"host": "l1", "disk": "l2"}.get(tier, tier)).inc(value)
-                elif key == "load":
-                    self.offload_load_bytes.labels(*lv).inc(value)
                 else:
-                    self.offload_store_bytes.labels(*lv).inc(value)
+                    self._bytes(key, value)
         self.running.labels(*lv).set(len(engine.running))
         self.waiting.labels(*lv).set(len(engine.waiting))
         self.kv_usage.labels(*lv).set(engine.pool.usage)

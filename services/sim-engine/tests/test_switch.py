@@ -1,0 +1,42 @@
+"""The simulated leaf switch over real SNMP: the switch-poller's own driver reads it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kvbench_contracts.fabric import SwitchConfig
+from kvbench_sim.switch import SimSwitch, SnmpV2cResponder
+from kvbench_switch_poller.snmp import SnmpError, poll_snmp
+
+
+async def test_ports_move_with_the_machines_kv_bytes_and_the_cables_show_in_lldp() -> None:
+    switch = SimSwitch("sim-leaf", machines=2, nic_gbps=200)
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_datagram_endpoint(
+        lambda: SnmpV2cResponder("community-123", switch.table), local_addr=("127.0.0.1", 0)
+    )
+    port = transport.get_extra_info("sockname")[1]
+    config = SwitchConfig(name="sim-leaf", address="127.0.0.1", port=port, snmp_version="2c", secret="s")
+    try:
+        switch.observe("sim-0", "e0", {"kv_bytes_stored_remote": 5_000_000, "kv_bytes_loaded_remote": 1_000})
+        switch.observe("sim-0", "e0", {"kv_bytes_stored_remote": 7_000_000, "kv_bytes_loaded_remote": 1_000})
+        switch.observe("sim-0", "e1", {"kv_bytes_stored_remote": 100})  # a second engine on the machine adds up
+        switch.observe("sim-9", "e0", {"kv_bytes_stored_remote": 1})  # not cabled: ignored
+        poll = await poll_snmp(config, "community-123")
+        by = {(s.port, s.counter): s.value for s in poll.samples}
+        background = by[("swp2", "if.in_octets")]  # an idle port carries only LLDP-like frames
+        assert background < 1_000
+        assert by[("swp1", "if.in_octets")] - background == 7_000_100
+        assert by[("swp1", "if.out_octets")] - by[("swp2", "if.out_octets")] == 1_000
+        assert by[("swp1", "if.speed")] == 200_000
+        assert by[("swp1", "if.oper_status")] == 1
+        assert [(n.local_port, n.system_name) for n in poll.lldp_remote] == [("swp1", "sim-0"), ("swp2", "sim-1")]
+        switch.observe("sim-0", "e0", {"kv_bytes_stored_remote": 10})  # the engine restarted: its counter fell
+        again = await poll_snmp(config, "community-123")
+        assert {(s.port, s.counter): s.value for s in again.samples}[("swp1", "if.in_octets")] >= 7_000_110
+        with pytest.raises(SnmpError):
+            await poll_snmp(config, "wrong-community", timeout_s=0.5)
+    finally:
+        transport.close()
