@@ -134,6 +134,46 @@ def _stat_cells(stats: dict[str, Any] | None) -> str:
     return "".join(f"<td>{_fmt(stats.get(k))}</td>" for k in ("mean", "p50", "p90", "p99"))
 
 
+def _port_row(p: dict[str, Any]) -> str:
+    cells = [
+        escape(str(p["port"])),
+        _fmt((p.get("if.in_octets_delta") or 0) / 1e9, 3),
+        _fmt((p.get("if.out_octets_delta") or 0) / 1e9, 3),
+        _fmt(100 * (p.get("in_utilization") or 0), 3),
+        _fmt(100 * (p.get("out_utilization") or 0), 3),
+        _fmt(p.get("speed_mbps"), 0),
+        f"{p.get('if.in_errors_delta', '–')} / {p.get('if.out_errors_delta', '–')}",
+    ]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _fabric_html(fabric: dict[str, Any]) -> str:
+    """The network underneath: switches, whether each was read around the run, and what its ports carried."""
+    switches = fabric.get("switches") or []
+    gate = fabric.get("publish_gate") or {}
+    parts = ['<section id="fabric"><h2>Network</h2>']
+    if not gate.get("publishable", True):
+        parts.append(
+            f'<p class="gate"><b>Not publishable [{escape(str(gate.get("code")))}]</b>: '
+            f"{escape(str(gate.get('message')))}. {escape(str(gate.get('fix')))}</p>"
+        )
+    if not switches:
+        parts.append(f"<p>{escape(str(fabric.get('note', 'no switch data')))}</p></section>")
+        return "".join(parts)
+    for switch in switches:
+        state = "read" if switch["read"] else f"unread: {switch.get('reason')}"
+        cables = ", ".join(f"{c['node']} {c['nic']} &rarr; {c['port']}" for c in switch.get("cabled", []))
+        parts.append(f"<p><b>{escape(switch['switch'])}</b> · {escape(state)} · {cables}</p>")
+        rows = "".join(_port_row(p) for p in switch.get("ports", []))
+        if rows:
+            parts.append(
+                "<table><tr><th>port</th><th>in GB</th><th>out GB</th><th>in % of line</th><th>out % of line</th>"
+                f"<th>speed Mb/s</th><th>errors in/out</th></tr>{rows}</table>"
+            )
+    parts.append(f"<p><small>{escape(str(fabric.get('definition', '')))}</small></p></section>")
+    return "".join(parts)
+
+
 def render_html(report: dict[str, Any]) -> str:
     workloads = report.get("workloads", [])
     names = [w["name"] for w in workloads]
@@ -283,6 +323,7 @@ submitted {escape(report["submitted_at"])} · generated {escape(report["generate
 <th>p90</th><th>p99</th><th>TPOT p50 ms</th><th>output tok/s</th><th>cached prompt</th></tr>{"".join(rows)}</table>
 <div class="charts">{"".join(charts)}</div>
 {"".join(sections)}
+{_fabric_html(report.get("fabric") or {})}
 <h2>Events</h2><table><tr><th>time (UTC)</th><th>event</th><th>node</th><th>job</th></tr>{events}</table>
 <h2>Definitions</h2><dl>{definitions}</dl>
 </body></html>"""
