@@ -38,7 +38,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3, 4]
+        assert await apply_migrations(conn) == [1, 2, 3, 4, 5]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -183,7 +183,13 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
     from datetime import UTC, datetime, timedelta  # noqa: PLC0415
 
     from kvbench_contracts.events import NodeInventory, NodeRegistered, RunStarted, StackReady  # noqa: PLC0415
-    from kvbench_contracts.fabric import CounterSample, LldpNeighbor, SwitchSampled, SwitchUnread  # noqa: PLC0415
+    from kvbench_contracts.fabric import (  # noqa: PLC0415
+        CounterSample,
+        LldpNeighbor,
+        SwitchConfig,
+        SwitchSampled,
+        SwitchUnread,
+    )
     from kvbench_reporter.fabric import fabric_section  # noqa: PLC0415
 
     store = await Store.open(fresh_database)
@@ -228,6 +234,26 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         port = section["switches"][0]["ports"][0]
         assert port["if.in_octets_delta"] == 751_000_000
         assert port["in_utilization"] == pytest.approx(8 * 751_000_000 / (80 * 10e9))
+        # the machine's own NIC counters over the same window: the cable's checks run
+        from kvbench_contracts.fabric import NicSampled  # noqa: PLC0415
+
+        def nic(at: datetime, octets: int) -> NicSampled:
+            ns = int(at.timestamp() * 1e9)
+            sample = CounterSample.model_validate(
+                {"device": "gpu-a", "device_kind": "host", "port": "eth1", "counter": "if.out_octets", "value": octets,
+                 "unit": "octets", "ts_request_ns": ns, "ts_response_ns": ns, "source": "sysfs:test"}
+            )  # fmt: skip
+            return NicSampled(node_id="gpu-a", run_id="RF", samples=[sample], occurred_at=at)
+
+        await store.insert_switch_reads(
+            [nic(t0 - timedelta(seconds=9), 5_000), nic(t1 + timedelta(seconds=9), 751_005_000)]
+        )
+        section = await fabric_section(store, "RF", t0, t1)
+        (cable,) = section["switches"][0]["agreement"]
+        verdicts = {c["check"]: c["verdict"] for c in cable["checks"]}
+        assert verdicts["bytes (host tx vs switch rx)"] == "PASS"
+        assert verdicts["cable"] == "WARN"  # the switch exported no LLDP-MIB entry in this test
+        assert section["bottleneck"]["verdict"] == "not network-limited"
         # a failed read inside the window: unread, with the poller's reason
         await store.insert_switch_reads(
             [SwitchUnread(switch="leaf1", reason="timed out", occurred_at=t0 + timedelta(seconds=30))]
@@ -235,5 +261,10 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         section = await fabric_section(store, "RF", t0, t1)
         assert not section["publish_gate"]["publishable"]
         assert section["publish_gate"]["switches"][0]["reason"] == "timed out"
+        # unless the user marked the switch as carrying no benchmark traffic
+        quiet = SwitchConfig(name="leaf1", address="10.0.0.1", secret="s", no_benchmark_traffic=True)
+        section = await fabric_section(store, "RF", t0, t1, configs={"leaf1": quiet})
+        assert section["publish_gate"]["publishable"]
+        assert section["switches"][0]["ignored"]
     finally:
         await store.close()

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.envelope import Envelope
 
-__all__ = ["CounterSample", "LldpNeighbor", "SwitchConfig", "SwitchSampled", "SwitchUnread"]
+__all__ = ["CounterSample", "LldpNeighbor", "NicSampled", "SwitchConfig", "SwitchSampled", "SwitchUnread"]
 
 
 class _Frozen(BaseModel):
@@ -77,3 +77,13 @@ class SwitchUnread(Envelope):
     SUBJECT: ClassVar[str] = "kvbench.switch.{switch}.unread"
     switch: str
     reason: str
+
+
+class NicSampled(Envelope):
+    """A machine's own NIC and RDMA port counters, read while it serves a run (the host side of each cable)."""
+
+    SCHEMA: ClassVar[str] = "kvbench.nic.sampled/1"
+    SUBJECT: ClassVar[str] = "kvbench.nic.{node_id}.sampled"
+    node_id: str
+    run_id: str
+    samples: list[CounterSample]

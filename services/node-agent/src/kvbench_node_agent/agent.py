@@ -17,10 +17,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from kvbench_contracts.commands import StartStack, StopStack
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled, NodeRegistered, StackFailed, StackReady, StackStopped
+from kvbench_contracts.fabric import NicSampled
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.settings import load_settings
+from kvbench_node_agent.fabric import nic_counter_samples
 from kvbench_node_agent.inventory import collect_inventory, gpu_samples
 from kvbench_node_agent.launchers import Deployment, LaunchError, SimLauncher
 from kvbench_node_agent.launchers.process import ProcessLauncher
@@ -223,6 +225,13 @@ class NodeAgent:
                         log.warning(
                             "engine scrape failed",
                             extra={"engine_id": endpoint.engine_id, "error": str(exc)[:200]},
+                        )
+                if not self.inventory.simulated:  # the host side of each cable, for the NIC-to-port checks
+                    host = self.inventory.hostname
+                    samples = await asyncio.to_thread(nic_counter_samples, host)
+                    if samples:
+                        await self.bus.publish(
+                            NicSampled(node_id=self.node_id, run_id=deployment.run_id, samples=samples)
                         )
                 await asyncio.sleep(self.settings.scrape_interval_s)
 

@@ -13,9 +13,13 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from kvbench_contracts.fabric import SwitchConfig
+from kvbench_reporter.agreement import HostSide, SwitchSide, agreement_checks
 from kvbench_reporter.store import Store
 
 __all__ = ["SWITCH_UNREAD", "fabric_section"]
+
+GAUGES = {"if.speed": "speed_mbps", "if.mtu": "mtu", "if.oper_status": "oper_status"}
 
 SWITCH_UNREAD = {
     "code": "switch_unread",
@@ -26,7 +30,13 @@ SWITCH_UNREAD = {
 
 
 async def fabric_section(
-    store: Store, run_id: str, start: datetime | None, end: datetime | None, guard_s: float = 5.0, reach_s: float = 60.0
+    store: Store,
+    run_id: str,
+    start: datetime | None,
+    end: datetime | None,
+    guard_s: float = 5.0,
+    reach_s: float = 60.0,
+    configs: dict[str, SwitchConfig] | None = None,
 ) -> dict[str, Any]:
     """``reach_s``: how far outside the guarded window a bracketing read may lie (a poll interval or two)."""
     nodes = [
@@ -36,13 +46,16 @@ async def fabric_section(
         )
     ]
     cabled: dict[str, list[dict[str, Any]]] = {}
+    inventories: dict[str, dict[str, Any]] = {}
     for row in await store.pool.fetch("SELECT node_id, inventory FROM node_inventory WHERE node_id = ANY($1)", nodes):
         inventory = json.loads(row["inventory"]) if isinstance(row["inventory"], str) else row["inventory"]
+        inventories[row["node_id"]] = inventory
         for neighbour in inventory.get("lldp", []):
             switch = neighbour.get("system_name") or neighbour.get("chassis_id")
             cabled.setdefault(str(switch), []).append(
                 {"node": row["node_id"], "nic": neighbour.get("local_port"), "port": neighbour.get("port_id")}
             )
+    configs = configs or {}
     out: dict[str, Any] = {
         "definition": "switches the run's machines are cabled to (LLDP); a switch is read when a good read lies at or "
         f"before the run's start + {guard_s:g} s (stacks take longer to stand up) and one at or after its end; port "
@@ -56,8 +69,13 @@ async def fabric_section(
     before, after = start - timedelta(seconds=guard_s), end + timedelta(seconds=guard_s)
     unread: list[dict[str, Any]] = []
     for switch, cables in sorted(cabled.items()):
+        config = configs.get(switch)
+        if config is not None and config.no_benchmark_traffic:
+            out["switches"].append({"switch": switch, "cabled": cables, "read": None, "ignored": True,
+                                    "reason": "marked as carrying no benchmark traffic"})  # fmt: skip
+            continue
         reads = await store.pool.fetch(
-            "SELECT ok, reason, read_at FROM switch_reads WHERE switch = $1 AND read_at BETWEEN $2 AND $3 "
+            "SELECT ok, reason, read_at, lldp_remote FROM switch_reads WHERE switch = $1 AND read_at BETWEEN $2 AND $3 "
             "ORDER BY read_at",
             switch,
             before - timedelta(seconds=reach_s),
@@ -86,9 +104,13 @@ async def fabric_section(
             t0, t1 = guarded_before[-1]["read_at"], guarded_after[0]["read_at"]
             entry["window"] = {"from": t0.isoformat(), "to": t1.isoformat()}
             entry["ports"] = await _port_deltas(store, switch, t0, t1)
+            remote = good_after[0]["lldp_remote"]
+            remote = json.loads(remote) if isinstance(remote, str) else remote
+            entry["agreement"] = await _agreement(store, switch, cables, inventories, entry["ports"], remote, t0, t1)
         else:
             unread.append(entry)
         out["switches"].append(entry)
+    out["bottleneck"] = _bottleneck(out["switches"])
     if unread:
         out["publish_gate"] = {
             "publishable": False,
@@ -103,7 +125,8 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
         """
         SELECT port, counter, poll_ts, value, epoch FROM fabric_samples
         WHERE device = $1 AND poll_ts BETWEEN $2 AND $3
-          AND counter IN ('if.in_octets', 'if.out_octets', 'if.speed', 'if.in_discards', 'if.out_discards',
+          AND counter IN ('if.in_octets', 'if.out_octets', 'if.speed', 'if.mtu', 'if.oper_status', 'if.in_discards',
+                          'if.out_discards',
                           'if.in_errors', 'if.out_errors', 'pause.in_frames', 'pause.out_frames')
         ORDER BY port, counter, poll_ts
         """,
@@ -119,8 +142,8 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
     for (port, counter), points in series.items():
         first, last = points[0], points[-1]
         entry = ports.setdefault(port, {"port": port, "window_s": seconds})
-        if counter == "if.speed":
-            entry["speed_mbps"] = int(last["value"])
+        if counter in GAUGES:
+            entry[GAUGES[counter]] = int(last["value"])
         elif first["epoch"] != last["epoch"] or last["value"] < first["value"]:
             entry[f"{counter}_delta"] = None  # the counter was reset inside the window: no honest delta
             entry["reset"] = True
@@ -133,3 +156,69 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
             if speed and delta is not None:
                 entry[f"{direction}_utilization"] = 8 * delta / (entry["window_s"] * speed * 1e6)
     return sorted(ports.values(), key=lambda p: p["port"])
+
+
+async def _agreement(
+    store: Store,
+    switch: str,
+    cables: list[dict[str, Any]],
+    inventories: dict[str, dict[str, Any]],
+    ports: list[dict[str, Any]],
+    remote: list[dict[str, Any]],
+    t0: datetime,
+    t1: datetime,
+) -> list[dict[str, Any]]:
+    """Every cable's checks, where the machine sent its own NIC counters (simulated machines have none)."""
+    by_port = {p["port"]: p for p in ports}
+    out = []
+    for cable in cables:
+        inventory = inventories.get(cable["node"], {})
+        host_name = str(inventory.get("hostname", cable["node"]))
+        rows = await store.pool.fetch(
+            "SELECT counter, poll_ts, value FROM fabric_samples WHERE device = $1 AND port = $2 "
+            "AND poll_ts BETWEEN $3 AND $4 ORDER BY poll_ts",
+            host_name,
+            cable["nic"],
+            t0,
+            t1,
+        )
+        if not rows:
+            out.append({**cable, "checks": [], "note": "the machine sent no NIC counters (simulated, or none read)"})
+            continue
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for r in rows:
+            first.setdefault(r["counter"], int(r["value"]))
+            last[r["counter"]] = int(r["value"])
+        nic: dict[str, Any] = next((n for n in inventory.get("nics", []) if n.get("name") == cable["nic"]), {})
+        port = by_port.get(cable["port"], {})
+        host = HostSide(
+            host=host_name, nic=cable["nic"], mac=str(nic.get("mac", "")), state=str(nic.get("state", "")),
+            speed_mbps=nic.get("speed_mbps"), mtu=nic.get("mtu"), lldp_switch=switch, lldp_port=cable["port"],
+            deltas={k: last[k] - first[k] for k in last},
+        )  # fmt: skip
+        side = SwitchSide(
+            switch=switch, port=cable["port"], oper_status=port.get("oper_status"), speed_mbps=port.get("speed_mbps"),
+            mtu=port.get("mtu"), lldp_remote=[r for r in remote if r.get("local_port") == cable["port"]],
+            deltas={k[: -len("_delta")]: v for k, v in port.items() if k.endswith("_delta") and v is not None},
+        )  # fmt: skip
+        checks = agreement_checks(host, side)
+        out.append({**cable, "checks": [c.__dict__ for c in checks]})
+    return out
+
+
+def _bottleneck(switches: list[dict[str, Any]], busy: float = 0.9) -> dict[str, Any]:
+    """fabric.md section 6: network-bound when a port ran at >= 90% of line rate or dropped frames."""
+    hot, drops = [], []
+    for switch in switches:
+        for port in switch.get("ports", []) or []:
+            name = f"{switch['switch']} {port['port']}"
+            if max(port.get("in_utilization") or 0.0, port.get("out_utilization") or 0.0) >= busy:
+                hot.append(name)
+            if (port.get("if.in_discards_delta") or 0) + (port.get("if.out_discards_delta") or 0) > 0:
+                drops.append(name)
+    if hot or drops:
+        reasons = [f"{', '.join(hot)} at >= {busy:.0%} of line rate"] if hot else []
+        reasons += [f"{', '.join(drops)} dropped frames"] if drops else []
+        return {"verdict": "network-bound", "reasons": reasons}
+    return {"verdict": "not network-limited", "reasons": [f"no port at >= {busy:.0%} of line rate, no drops"]}

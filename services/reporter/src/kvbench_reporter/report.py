@@ -410,7 +410,9 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         }
         for e in await store.events(run_id)
     ]
-    fabric = await fabric_section(store, run_id, run["started_at"], run["finished_at"])
+    fabric = await fabric_section(
+        store, run_id, run["started_at"], run["finished_at"], configs=settings.get("switches")
+    )
     if not fabric["publish_gate"]["publishable"]:
         gate = fabric["publish_gate"]
         names = ", ".join(s["switch"] for s in gate["switches"])

@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kvbench_contracts.envelope import Envelope, utc_now
 from kvbench_contracts.events import EngineSampled
-from kvbench_contracts.fabric import SwitchSampled, SwitchUnread
+from kvbench_contracts.fabric import NicSampled, SwitchConfig, SwitchSampled, SwitchUnread
 from kvbench_core.bus import Bus
+from kvbench_core.kvmirror import KvMirror
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.service import run_service
@@ -42,6 +43,7 @@ class Reporter:
         self.ingestor = Ingestor(store, self.on_run_finished)
         self._tasks: set[asyncio.Task[None]] = set()
         self._finalizing: set[str] = set()  # runs whose report waits for records and switch reads
+        self.switches: KvMirror | None = None  # set by run(): the connected switches
         self.m_records = Counter(
             metric_name("reporter", "records_ingested", "total"), "Request records stored", registry=registry
         )
@@ -98,6 +100,17 @@ class Reporter:
         finally:
             self._finalizing.discard(run_id)
 
+    def switch_configs(self) -> dict[str, SwitchConfig]:
+        """The connected switches (the ``kvbench_switches`` bucket), for ports to ignore and switches that carry no
+        benchmark traffic."""
+        if self.switches is None:
+            return {}
+        out = {}
+        for name, raw in self.switches.snapshot().items():
+            with contextlib.suppress(ValueError):
+                out[name] = SwitchConfig.model_validate_json(raw)
+        return out
+
     async def _await_switch_reads(self, run_id: str) -> None:
         """The switches' first reads after the run come a poll interval later: give them that long."""
         run = await self.store.run(run_id)
@@ -105,7 +118,9 @@ class Reporter:
             return
         deadline = time.monotonic() + self.settings.fabric_wait_s
         while time.monotonic() < deadline:
-            section = await fabric_section(self.store, run_id, run["started_at"], run["finished_at"])
+            section = await fabric_section(
+                self.store, run_id, run["started_at"], run["finished_at"], configs=self.switch_configs()
+            )
             if section["publish_gate"]["publishable"] or any(
                 s.get("failed_reads") for s in section["switches"] if not s["read"]
             ):
@@ -120,6 +135,7 @@ class Reporter:
             {
                 "price_per_gpu_hour": self.settings.price_per_gpu_hour,
                 "target_goodput_rps": self.settings.target_goodput_rps,
+                "switches": self.switch_configs(),
             },
         )
         if report is None:
@@ -203,6 +219,8 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
             Bus.connect(settings.nats_url, name="reporter", registry=registry, service="reporter")
         )
         reporter = Reporter(store, settings, registry)
+        reporter.switches = await KvMirror(await bus.kv("kvbench_switches"), "kvbench_switches").start()
+        stack.push_async_callback(reporter.switches.stop)
 
         async def healthy() -> bool:
             return bus.nc.is_connected
@@ -236,6 +254,9 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
             durable="reporter-fabric",
             filter_subject="kvbench.switch.>",
             batch=100,
+        )
+        bus.subscribe_batch(
+            [NicSampled], reporter.on_fabric, durable="reporter-nic", filter_subject="kvbench.nic.>", batch=100
         )
         if settings.grafana_url and settings.grafana_token:
             try:

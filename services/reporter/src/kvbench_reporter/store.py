@@ -13,7 +13,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
-from kvbench_contracts.fabric import SwitchSampled, SwitchUnread
+from kvbench_contracts.fabric import NicSampled, SwitchSampled, SwitchUnread
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.columns import Columns, pack_floats, pack_ints, unpack_floats, unpack_ints
 
@@ -195,12 +195,17 @@ class Store:
             )
 
     async def insert_switch_reads(self, events: Sequence[Envelope]) -> None:
-        """Switch reads: the outcome of each (for the publish gate) and, when good, every counter sample."""
-        reads: list[tuple[str, str, bool, str | None, datetime]] = []
+        """Switch reads: the outcome of each (for the publish gate) and, when good, every counter sample; and the
+        machines' own NIC samples (the host side of each cable)."""
+        reads: list[tuple[str, str, bool, str | None, datetime, str]] = []
         samples: list[tuple[object, ...]] = []
         for e in events:
             if isinstance(e, SwitchSampled):
-                reads.append((e.event_id, e.switch, True, None, e.occurred_at))
+                lldp = json.dumps([n.model_dump() for n in e.lldp_remote])
+                reads.append((e.event_id, e.switch, True, None, e.occurred_at, lldp))
+            elif isinstance(e, SwitchUnread):
+                reads.append((e.event_id, e.switch, False, e.reason, e.occurred_at, "[]"))
+            if isinstance(e, SwitchSampled | NicSampled):
                 samples += [
                     (
                         e.event_id,
@@ -217,12 +222,10 @@ class Store:
                     )
                     for s in e.samples
                 ]
-            elif isinstance(e, SwitchUnread):
-                reads.append((e.event_id, e.switch, False, e.reason, e.occurred_at))
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.executemany(
-                "INSERT INTO switch_reads (event_id, switch, ok, reason, read_at) VALUES ($1,$2,$3,$4,$5) "
-                "ON CONFLICT (event_id) DO NOTHING",
+                "INSERT INTO switch_reads (event_id, switch, ok, reason, read_at, lldp_remote) "
+                "VALUES ($1,$2,$3,$4,$5,$6::jsonb) ON CONFLICT (event_id) DO NOTHING",
                 reads,
             )
             await conn.executemany(
