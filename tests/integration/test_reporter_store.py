@@ -254,16 +254,22 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         assert verdicts["bytes (host tx vs switch rx)"] == "PASS"
         assert verdicts["cable"] == "WARN"  # the switch exported no LLDP-MIB entry in this test
         assert section["bottleneck"]["verdict"] == "not network-limited"
-        # a failed read inside the window: unread, with the poller's reason
+        # a poll that failed in the middle is reported, not fatal: the bracketing reads still hold
         await store.insert_switch_reads(
             [SwitchUnread(switch="leaf1", reason="timed out", occurred_at=t0 + timedelta(seconds=30))]
         )
         section = await fabric_section(store, "RF", t0, t1)
+        assert section["publish_gate"]["publishable"]
+        assert "timed out" in section["switches"][0]["note"]
+        # no good read after the end (the last poll failed): unread, with the poller's reason
+        later = t1 + timedelta(seconds=20)
+        await store.insert_switch_reads([SwitchUnread(switch="leaf1", reason="timed out", occurred_at=later)])
+        section = await fabric_section(store, "RF", t0, later)
         assert not section["publish_gate"]["publishable"]
         assert section["publish_gate"]["switches"][0]["reason"] == "timed out"
         # unless the user marked the switch as carrying no benchmark traffic
         quiet = SwitchConfig(name="leaf1", address="10.0.0.1", secret="s", no_benchmark_traffic=True)
-        section = await fabric_section(store, "RF", t0, t1, configs={"leaf1": quiet})
+        section = await fabric_section(store, "RF", t0, later, configs={"leaf1": quiet})
         assert section["publish_gate"]["publishable"]
         assert section["switches"][0]["ignored"]
     finally:

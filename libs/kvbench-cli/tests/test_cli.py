@@ -15,7 +15,7 @@ def test_plan_validate_offline_json_and_exit_codes(tmp_path: Path, capsys: pytes
     assert ok.value.code == 0
     body = json.loads(capsys.readouterr().out)
     assert body["valid"] is True
-    assert body["jobs"] == 2
+    assert body["jobs"] == 3  # three workloads, one load level, one repeat
     assert body["errors"] == []
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nname: Bad Name\nworkloads: []\n")

@@ -24,7 +24,7 @@ def test_demo_plan_is_valid_with_its_warnings() -> None:
     with open("examples/demo.yaml", "rb") as fh:
         review = review_text(fh.read())
     assert review.valid, review.as_dict()
-    assert review.jobs == 2
+    assert review.jobs == 3
     assert {w.code for w in review.warnings} == {"preliminary", "short_window"}
 
 

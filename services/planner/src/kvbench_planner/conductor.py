@@ -236,7 +236,7 @@ class Conductor:
             await self._finish(state, "failed" if failed else "succeeded", reasons)
         except RunFailedError as exc:
             # not **exc.reason: "message" is a reserved LogRecord attribute and logging would raise
-            log.error("run failed", extra={**ids, "code": exc.reason["code"], "reason": exc.reason["message"]})
+            log.warning("run failed", extra={**ids, "code": exc.reason["code"], "reason": exc.reason["message"]})
             await self._finish(state, "failed", [exc.reason])
         except asyncio.CancelledError:
             # a user's cancel ends the run; a planner shutdown leaves it to be resumed

@@ -2,9 +2,10 @@
 
 Which switches count: those the run's machines are cabled to, by their LLDP neighbours. A result is
 publishable only when each of them has a good read at or before the start of the run and one at or after its
-end, with no failed read between; otherwise the gate names the switches, with the reason of their last failed
-read. Port counters are differenced between the reads that bracket the run with a guard band where there are
-such reads (agents serve cached counters), else between the nearest bracketing reads.
+end (a poll that failed in between is reported, not fatal: the counters are continuous unless they reset);
+otherwise the gate names the switches, with the reason of their last failed read. Port counters are
+differenced between the reads that bracket the run with a guard band where there are such reads (agents serve
+cached counters), else between the nearest bracketing reads.
 """
 
 from __future__ import annotations
@@ -88,12 +89,14 @@ async def fabric_section(
         entry: dict[str, Any] = {
             "switch": switch,
             "cabled": cables,
-            "read": bool(good_before and good_after and not failed),
+            "read": bool(good_before and good_after),
             "reads": len(reads),
             "failed_reads": len(failed),
         }
-        if failed:
+        if failed and not entry["read"]:
             entry["reason"] = failed[-1]["reason"]
+        elif failed:
+            entry["note"] = f"{len(failed)} poll(s) failed during the run, last: {failed[-1]['reason']}"
         elif not reads:
             entry["reason"] = "never read: connect it (POST /v1/switches)"
         elif not (good_before and good_after):
