@@ -97,7 +97,8 @@ def test_demo_slice_end_to_end(
         fabric = report["fabric"]
         assert fabric["publish_gate"]["publishable"], fabric
         (leaf,) = fabric["switches"]
-        assert leaf["switch"] == "sim-leaf"
+        assert leaf["switch"] == state.sim_switch
+        assert leaf["switch"].startswith("sim-leaf-")
         assert leaf["read"]
         assert sorted(p["port"] for p in leaf["ports"]) == ["swp1", "swp2"]
         assert sorted(c["node"] for c in leaf["cabled"]) == ["sim-0", "sim-1"]

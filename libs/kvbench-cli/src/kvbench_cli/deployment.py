@@ -50,6 +50,7 @@ class DeploymentState:
     services: list[ServiceRecord] = field(default_factory=list)
     sim_machines: int = 0
     base_env: dict[str, str] = field(default_factory=dict)
+    sim_switch: str | None = None  # the simulated leaf this deployment connected (disconnected by down)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,9 +144,11 @@ class LocalDeployment:
                 )
             start("switch-poller", "kvbench_switch_poller", None, {"KVBENCH_SWITCH_POLLER_INTERVAL_S": "2"})
             switch_port, community = free_port(), secrets.token_urlsafe(18)
+            # one name per deployment: deployments that share a NATS must not read each other's simulated switch
+            state.sim_switch = f"{SIM_SWITCH}-{secrets.token_hex(2)}" if sim_machines else None
             if sim_machines:  # the simulated machines' leaf switch, read over SNMP like a real one
-                switch = [sys.executable, "-m", "kvbench_sim.switch", "--name", SIM_SWITCH, "--port", str(switch_port),
-                          "--machines", str(sim_machines), "--nats-url", state.nats_url]  # fmt: skip
+                switch = [sys.executable, "-m", "kvbench_sim.switch", "--name", str(state.sim_switch)]
+                switch += ["--port", str(switch_port), "--machines", str(sim_machines), "--nats-url", state.nats_url]
                 log = log_dir / "sim-switch.log"
                 proc = spawn(
                     switch, log, {**env, "KVBENCH_SIM_SWITCH_COMMUNITY": community}, tie_to_parent=tie_to_parent
@@ -162,7 +165,7 @@ class LocalDeployment:
                         "KVBENCH_NODE_AGENT_SIMULATED": "true",
                         "KVBENCH_NODE_AGENT_GROUP": "sim",
                         "KVBENCH_NODE_AGENT_STATE_DIR": str(self.state_dir / "node-agent"),
-                        "KVBENCH_NODE_AGENT_SIM_SWITCH": SIM_SWITCH,
+                        "KVBENCH_NODE_AGENT_SIM_SWITCH": str(state.sim_switch),
                     },
                 )
             self._wait_ready(state)
@@ -177,7 +180,13 @@ class LocalDeployment:
     def _connect_switch(state: DeploymentState, port: int, community: str) -> None:
         """Register the simulated switch with the planner, as a user connects a real one (the community is stored
         as a secret there and never shown again)."""
-        body = {"name": SIM_SWITCH, "address": "127.0.0.1", "port": port, "snmp_version": "2c", "credential": community}
+        body = {
+            "name": state.sim_switch,
+            "address": "127.0.0.1",
+            "port": port,
+            "snmp_version": "2c",
+            "credential": community,
+        }
         with httpx.Client(timeout=10.0) as client:
             response = client.post(f"{state.api_url}/v1/switches", json=body)
         if response.status_code != 201:
@@ -249,6 +258,9 @@ class LocalDeployment:
         if state is None:
             return []
         stopped: list[str] = []
+        if state.sim_switch:  # disconnect it first, so no poller keeps reading a switch that is gone
+            with contextlib.suppress(httpx.HTTPError), httpx.Client(timeout=5.0) as client:
+                client.delete(f"{state.api_url}/v1/switches/{state.sim_switch}")
         agents_first = sorted(state.services, key=lambda s: (not s.name.startswith("node-agent"), s.name == "reporter"))
         for service in agents_first:
             if pid_alive(service.pid):
