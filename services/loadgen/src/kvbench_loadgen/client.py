@@ -41,6 +41,20 @@ def _content(event: dict[str, Any]) -> str:
     return str(choice.get("text") or "")
 
 
+def _apply(result: StreamResult, event: dict[str, Any], now: float) -> None:
+    text = _content(event)
+    if text:
+        result.chunk_times.append(now)
+        result.chunk_tokens.append(max(1, len(text.split())))
+        result.text.append(text)
+    usage = event.get("usage")
+    if usage:
+        result.prompt_tokens = usage.get("prompt_tokens")
+        result.output_tokens = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        result.cached_tokens = details.get("cached_tokens")
+
+
 async def stream_completion(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -62,26 +76,24 @@ async def stream_completion(
                 result.error = f"http_{response.status}"
                 await response.read()
                 return result
-            async for raw in response.content:
+            # whatever bytes arrived, as soon as they arrived: each event is stamped with the read that completed
+            # it (events that came in one read share its time, truthfully); no per-line parsing inside aiohttp
+            pending = b""
+            done = False
+            async for raw in response.content.iter_any():
                 now = time.monotonic()
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
+                pending += raw
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    _apply(result, orjson.loads(data), now)
+                if done:
                     break
-                event = orjson.loads(data)
-                text = _content(event)
-                if text:
-                    result.chunk_times.append(now)
-                    result.chunk_tokens.append(max(1, len(text.split())))
-                    result.text.append(text)
-                usage = event.get("usage")
-                if usage:
-                    result.prompt_tokens = usage.get("prompt_tokens")
-                    result.output_tokens = usage.get("completion_tokens")
-                    details = usage.get("prompt_tokens_details") or {}
-                    result.cached_tokens = details.get("cached_tokens")
     except TimeoutError:
         result.error = "timeout"
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionResetError):
