@@ -5,11 +5,13 @@ namespace to the switch's agent. Needs root, iproute2, snmpd and lldpd (``.ci/ru
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 __all__ = ["FabricLab", "lab_available"]
 
 V3_USER, V3_AUTH, V3_PRIV = "kvro", "authpass-lab", "privpass-lab"
+PASS_PERSIST = Path(__file__).with_name("pass_persist_counters.py")
 
 
 def lab_available() -> str | None:
@@ -77,7 +80,12 @@ class FabricLab:
             f"rouser {V3_USER} priv\n"
             "master agentx\n"
             f"agentXSocket {self.workdir}/agentx.sock\n"
+            # per-priority PFC and 802.3x pause through pass_persist: net-snmp serves neither on Linux, so the test
+            # writes their values (fabric.md section 7, test plan item 6)
+            f"pass_persist .1.3.6.1.4.1.9.9.813 {sys.executable} {PASS_PERSIST} {self.workdir}/counters.json\n"
+            f"pass_persist .1.3.6.1.2.1.10.7.10 {sys.executable} {PASS_PERSIST} {self.workdir}/counters.json\n"
         )
+        self.set_counters({})
         env = {**os.environ, "SNMP_PERSISTENT_DIR": str(self.workdir / "snmp")}
         self.snmpd = self._spawn(
             [
@@ -98,6 +106,15 @@ class FabricLab:
         deadline = time.monotonic() + 10
         while not (self.workdir / "agentx.sock").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
+
+    def set_counters(self, values: dict[str, tuple[str, int]]) -> None:
+        """What the pass_persist script serves: numeric OID -> (net-snmp type, value)."""
+        tmp = self.workdir / "counters.json.tmp"
+        tmp.write_text(json.dumps(values))
+        tmp.replace(self.workdir / "counters.json")
+
+    def if_index(self, netdev: str) -> int:
+        return int(_run("ip", "-n", self.sw, "-o", "link", "show", netdev).split(":", 1)[0])
 
     def stop_snmpd(self) -> None:
         self._stop(self.snmpd)

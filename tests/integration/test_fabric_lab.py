@@ -161,6 +161,25 @@ async def test_nic_and_switch_port_agree_and_a_cross_wired_map_fails(lab: Fabric
     assert next(c for c in agreement_checks(smaller, switch) if c.check == "mtu").verdict == "FAIL"
 
 
+async def test_pause_and_per_priority_pfc_come_through_a_real_agent(lab: FabricLab) -> None:
+    index = lab.if_index("swp1")
+    lab.set_counters(
+        {
+            f"1.3.6.1.2.1.10.7.10.1.3.{index}": ("counter", 17),  # dot3InPauseFrames
+            f"1.3.6.1.2.1.10.7.10.1.4.{index}": ("counter", 4),  # dot3OutPauseFrames
+            f"1.3.6.1.4.1.9.9.813.1.2.1.2.{index}.3": ("counter64", 1234),  # cpfcIfRequests, priority 3
+            f"1.3.6.1.4.1.9.9.813.1.2.1.3.{index}.3": ("counter64", 56),  # cpfcIfIndications, priority 3
+        }
+    )
+    poll = await poll_snmp(_config(lab), V3_SECRET)
+    assert _port(poll, "pause.in_frames") == 17
+    assert _port(poll, "pause.out_frames") == 4
+    pfc = {(s.counter, s.qualifier.get("priority")): s.value for s in poll.samples if s.counter.startswith("pfc.")}
+    assert pfc == {("pfc.requests", 3): 1234, ("pfc.indications", 3): 56}
+    sources = {s.source for s in poll.samples if s.counter == "pfc.requests"}
+    assert sources == {f"snmp:1.3.6.1.4.1.9.9.813.1.2.1.2.{index}.3"}
+
+
 # last: it restarts the agent, and lldpd's AgentX link takes a while to come back
 async def test_a_stopped_agent_makes_the_switch_unread_with_the_reason(lab: FabricLab) -> None:
     published: list[Envelope] = []
