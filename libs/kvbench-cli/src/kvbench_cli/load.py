@@ -149,6 +149,7 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
     source = build_source(
         traffic,
         users=int(level) if mode == "closed_loop" else 1,
+        model=args.model,
         seed=args.seed,
         horizon_s=args.duration_s if args.duration_s > 0 else float("inf"),
     )

@@ -198,6 +198,9 @@ class Driver:
 
     def _emit(self, session: Session, number: int, turn: Turn, result: StreamResult, request_id: str) -> None:
         cfg = self.config
+        expected = turn.prompt_tokens
+        if result.prompt_tokens is None and self.source.count_tokens is not None and turn.prompt is not None:
+            expected = self.source.count_tokens(turn.prompt)  # no usage from the server: the model's own count
         record = to_record(
             result,
             load_t0=self.load_t0,
@@ -205,7 +208,7 @@ class Driver:
             workload=cfg.workload,
             session_id=session.session_id,
             turn=number,
-            prompt_tokens=turn.prompt_tokens,
+            prompt_tokens=expected,
             shard=cfg.shard,
             request_id=request_id,
         )

@@ -79,6 +79,7 @@ class JobRunner:
             build_source,
             traffic,
             users=max(1, int(cmd.load_level)) if mode == "closed_loop" else 1,
+            model=cmd.model,
             seed=cmd.seed,
             shard=cmd.shard_index,
             shards=cmd.shards,

@@ -20,6 +20,7 @@ from kvbench_contracts.plan import Shape
 from kvbench_loadgen.agentic import load_agentic, resolve_dataset
 from kvbench_loadgen.prompts import TOKENIZER_NAME, words
 from kvbench_loadgen.sessions import ReplaySession, Session, Turn
+from kvbench_loadgen.tokenizer import load_tokenizer
 from kvbench_loadgen.traces import trace_sessions
 
 __all__ = ["Source", "SyntheticSession", "UnsupportedShapeError", "build_source", "contexts_for_ratio"]
@@ -78,6 +79,7 @@ class Source:
     users: list[int]  # the closed-loop users this shard drives
     finite: bool  # replayed data: the job may end when it runs out
     tokenizer: str = TOKENIZER_NAME
+    count_tokens: Callable[[str], int] | None = None  # the model's tokenizer, when one is here
     measure_phases: frozenset[int] = frozenset()  # document_reuse rounds that are measured (empty: all)
     notes: list[str] = field(default_factory=list)
 
@@ -162,6 +164,7 @@ def build_source(
     traffic: dict[str, Any],
     *,
     users: int,
+    model: str | None = None,
     seed: int = 0,
     shard: int = 0,
     shards: int = 1,
@@ -177,6 +180,15 @@ def build_source(
             "measurement.working_set_ratio needs the pool's GPU KV capacity, and no engine reported it "
             "(vllm:cache_config_info or sglang:max_total_num_tokens); remove the ratio or use an engine that does"
         )
+    source = _build(traffic, shape, users, seed, shard, shards, working_set_ratio, capacity_tokens, horizon_s)
+    tokenizer = load_tokenizer(model)
+    if tokenizer.name != TOKENIZER_NAME:
+        source.tokenizer, source.count_tokens = tokenizer.name, tokenizer.count
+    return source
+
+
+def _build(traffic: dict[str, Any], shape: str, users: int, seed: int, shard: int, shards: int,
+           working_set_ratio: float | None, capacity_tokens: int | None, horizon_s: float) -> Source:  # fmt: skip
     my_users = list(range(shard, users, shards))
     notes: list[str] = []
     if shape in ("synthetic_sessions", "shared_prompt", "per_user_history"):
