@@ -10,6 +10,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from kvbench_loadgen.sse import HttpError, post_stream
+
 __all__ = ["StreamResult", "stream_completion"]
 
 _JSON = {"Content-Type": "application/json"}
@@ -56,50 +58,79 @@ def _apply(result: StreamResult, event: dict[str, Any], now: float) -> None:
 
 
 async def stream_completion(
-    session: aiohttp.ClientSession,
+    session: aiohttp.ClientSession | None,
     base_url: str,
     payload: dict[str, Any],
     chat: bool,
     timeout_s: float,
     headers: dict[str, str] | None = None,
 ) -> StreamResult:
+    """One streamed request. ``session`` is unused (kept for callers that hold one): the events are read by
+    kvbench's own HTTP client, which stamps them in the socket callback (``sse.py``)."""
     url = f"{base_url}/v1/chat/completions" if chat else f"{base_url}/v1/completions"
     # orjson: a long prompt (tens of thousands of words) encodes several times faster than with json.dumps
     body = orjson.dumps({**payload, "stream": True, "stream_options": {"include_usage": True}})
+    if not base_url.startswith("http://"):
+        return await _stream_aiohttp(session, url, body, timeout_s, headers)
+    result = StreamResult(t0=time.monotonic())
+    try:
+        response = await post_stream(url, body, {**_JSON, **(headers or {})}, timeout_s)
+        if response.status != 200:
+            result.error = f"http_{response.status}"
+            return result
+        for now, data in response.events:
+            if data == b"[DONE]":
+                break
+            _apply(result, orjson.loads(data), now)
+    except TimeoutError:
+        result.error = "timeout"
+    except (HttpError, ConnectionResetError):
+        result.error = "connection_reset"
+    except (orjson.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
+        result.error = "bad_stream"
+    return _finished(result)
+
+
+async def _stream_aiohttp(
+    session: aiohttp.ClientSession | None, url: str, body: bytes, timeout_s: float, headers: dict[str, str] | None
+) -> StreamResult:
+    """HTTPS endpoints: aiohttp (TLS), events stamped when the reading coroutine gets the bytes."""
+    own = session is None
+    http = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
     result = StreamResult(t0=time.monotonic())
     try:
         async with (
             asyncio.timeout(timeout_s),
-            session.post(url, data=body, headers={**_JSON, **(headers or {})}) as response,
+            http.post(url, data=body, headers={**_JSON, **(headers or {})}) as response,
         ):
             if response.status != 200:
                 result.error = f"http_{response.status}"
                 await response.read()
                 return result
-            # whatever bytes arrived, as soon as they arrived: each event is stamped with the read that completed
-            # it (events that came in one read share its time, truthfully); no per-line parsing inside aiohttp
             pending = b""
-            done = False
             async for raw in response.content.iter_any():
                 now = time.monotonic()
                 pending += raw
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
+                    data = line[5:].strip() if line.startswith(b"data:") else None
                     if data == b"[DONE]":
-                        done = True
-                        break
-                    _apply(result, orjson.loads(data), now)
-                if done:
-                    break
+                        return _finished(result)
+                    if data:
+                        _apply(result, orjson.loads(data), now)
     except TimeoutError:
         result.error = "timeout"
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionResetError):
         result.error = "connection_reset"
-    except (orjson.JSONDecodeError, UnicodeDecodeError, AttributeError):
+    except (orjson.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
         result.error = "bad_stream"
+    finally:
+        if own:
+            await http.close()
+    return _finished(result)
+
+
+def _finished(result: StreamResult) -> StreamResult:
     if result.error is None and not result.chunk_times:
         result.error = "empty_stream"
     return result
