@@ -12,27 +12,40 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.envelope import Envelope
 
-__all__ = ["CounterSample", "LldpNeighbor", "NicSampled", "SwitchConfig", "SwitchSampled", "SwitchUnread"]
+__all__ = [
+    "CounterSample",
+    "LldpNeighbor",
+    "NicSampled",
+    "SwitchConfig",
+    "SwitchSampled",
+    "SwitchSpec",
+    "SwitchUnread",
+]
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class SwitchConfig(_Frozen):
-    """One connected switch. Credentials are not here: ``secret`` names the stored secret that holds them."""
+class SwitchSpec(_Frozen):
+    """How to read one switch, without its login (the API takes the login; the registry stores it as a secret)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Switch name (usually its sysName)")
-    address: str = Field(description="Poll endpoint: host or IP")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="Switch name (usually its sysName)")
+    address: str = Field(min_length=1, description="Poll endpoint: host or IP")
     port: int = Field(161, ge=1, le=65535, description="SNMP UDP port (gNMI TCP port)")
-    protocol: Literal["snmp", "gnmi"] = Field("snmp", description="Driver")
+    protocol: Literal["snmp", "gnmi"] = Field("snmp", description="Driver (gNMI is not polled yet)")
     snmp_version: Literal["2c", "3"] = Field("3", description="SNMP version")
-    secret: str = Field(description="Name of the stored secret: v2c community, or v3 'user:authkey:privkey'")
     auth_protocol: Literal["SHA", "SHA256", "MD5"] = Field("SHA", description="SNMPv3 authentication")
     priv_protocol: Literal["AES", "AES256", "DES"] = Field("AES", description="SNMPv3 privacy")
     chassis_id: str | None = Field(None, description="LLDP chassis id, to match host LLDP neighbours")
     ignore_ports: list[str] = Field(default_factory=list, description="Ports that carry no benchmark traffic")
     no_benchmark_traffic: bool = Field(False, description="Marked as carrying none: it never blocks publishing")
+
+
+class SwitchConfig(SwitchSpec):
+    """One connected switch. Credentials are not here: ``secret`` names the stored secret that holds them."""
+
+    secret: str = Field(description="Name of the stored secret: v2c community, or v3 'user:authkey:privkey'")
 
 
 class CounterSample(_Frozen):

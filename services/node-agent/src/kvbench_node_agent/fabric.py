@@ -17,7 +17,7 @@ from typing import Any
 
 from kvbench_contracts.fabric import CounterSample, LldpNeighbor
 
-__all__ = ["lldp_neighbors", "nic_counter_samples", "parse_lldpctl_json0", "rdma_port_details"]
+__all__ = ["lldp_neighbors", "nic_counter_samples", "parse_lldpctl_json0", "rdma_port_details", "read_text"]
 
 _NETDEV_STATS = {
     "rx_bytes": ("if.in_octets", "octets"),
@@ -86,7 +86,8 @@ def lldp_neighbors(socket: str | None = None, timeout_s: float = 5.0) -> list[Ll
     return parse_lldpctl_json0(done.stdout)
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
+    """A sysfs or procfs file's text, stripped; empty when it cannot be read."""
     try:
         with open(path) as fh:
             return fh.read().strip()
@@ -95,7 +96,7 @@ def _read(path: str) -> str:
 
 
 def _boot_id() -> str:
-    return _read("/proc/sys/kernel/random/boot_id")
+    return read_text("/proc/sys/kernel/random/boot_id")
 
 
 def _sample(
@@ -130,7 +131,7 @@ def nic_counter_samples(
         t_request = time.time_ns()
         for stat, (counter, unit) in _NETDEV_STATS.items():
             path = os.path.join(net_root, name, "statistics", stat)
-            raw = _read(path)
+            raw = read_text(path)
             if raw.isdigit():
                 samples.append(_sample(host, name, counter, int(raw), unit, t_request, f"sysfs:{path}", epoch))
     for device in sorted(os.listdir(ib_root)) if os.path.isdir(ib_root) else []:
@@ -139,7 +140,7 @@ def nic_counter_samples(
             t_request = time.time_ns()
             for name, (counter, unit, factor) in _IB_COUNTERS.items():
                 path = os.path.join(ports, port, "counters", name)
-                raw = _read(path)
+                raw = read_text(path)
                 if raw.isdigit():
                     source = f"sysfs:{path}" + (" (4-byte words, x4)" if factor == 4 else "")
                     value = int(raw) * factor
@@ -161,10 +162,10 @@ def rdma_port_details(ib_root: str = "/sys/class/infiniband") -> list[dict[str, 
             out.append(
                 {
                     "device": f"{device}/{port}",
-                    "state": _read(os.path.join(base, "state")).split(":")[-1].strip() or "UNKNOWN",
-                    "phys_state": _read(os.path.join(base, "phys_state")).split(":")[-1].strip(),
-                    "rate": _read(os.path.join(base, "rate")),
-                    "link_layer": _read(os.path.join(base, "link_layer")),
+                    "state": read_text(os.path.join(base, "state")).split(":")[-1].strip() or "UNKNOWN",
+                    "phys_state": read_text(os.path.join(base, "phys_state")).split(":")[-1].strip(),
+                    "rate": read_text(os.path.join(base, "rate")),
+                    "link_layer": read_text(os.path.join(base, "link_layer")),
                     "netdev": netdevs[0] if netdevs else "",
                 }
             )

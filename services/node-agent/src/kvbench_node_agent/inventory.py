@@ -11,7 +11,7 @@ from typing import Any
 
 from kvbench_contracts.events import NodeInventory
 from kvbench_contracts.fabric import LldpNeighbor
-from kvbench_node_agent.fabric import lldp_neighbors
+from kvbench_node_agent.fabric import lldp_neighbors, read_text
 
 __all__ = ["collect_inventory"]
 
@@ -136,11 +136,7 @@ def nics(root: str = "/sys/class/net") -> list[dict[str, Any]]:
             continue
 
         def read(attr: str, nic: str = name) -> str:
-            try:
-                with open(os.path.join(root, nic, attr)) as fh:
-                    return fh.read().strip()
-            except OSError:
-                return ""
+            return read_text(os.path.join(root, nic, attr))
 
         speed = read("speed")
         out.append(

@@ -7,7 +7,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -17,7 +17,7 @@ from prometheus_client import Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from kvbench_contracts.fabric import SwitchConfig
+from kvbench_contracts.fabric import SwitchConfig, SwitchSpec
 from kvbench_contracts.plan import Plan
 from kvbench_core.bus import Bus
 from kvbench_core.metrics import metric_name, new_registry
@@ -60,24 +60,14 @@ class ClusterGroupIn(BaseModel):
     nodes: list[str] = Field(min_length=1, max_length=256, description="Node ids of registered machines")
 
 
-class SwitchIn(BaseModel):
+class SwitchIn(SwitchSpec):
     """A switch to connect: where to read it and a read-only login (stored as a secret, never returned)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="Switch name, usually its sysName")
-    address: str = Field(min_length=1, description="Host or IP the poller reads")
-    port: int = Field(161, ge=1, le=65535, description="SNMP UDP port")
-    protocol: Literal["snmp", "gnmi"] = Field("snmp", description="Driver (gNMI is not polled yet)")
-    snmp_version: Literal["2c", "3"] = Field("3", description="SNMP version")
     credential: SecretStr = Field(
         min_length=1, description="Read-only login: the v2c community, or SNMPv3 'user:authkey:privkey'"
     )
-    auth_protocol: Literal["SHA", "SHA256", "MD5"] = Field("SHA", description="SNMPv3 authentication")
-    priv_protocol: Literal["AES", "AES256", "DES"] = Field("AES", description="SNMPv3 privacy")
-    chassis_id: str | None = Field(None, description="LLDP chassis id, to match what the machines see")
-    ignore_ports: list[str] = Field(default_factory=list, description="Ports that carry no benchmark traffic")
-    no_benchmark_traffic: bool = Field(False, description="This switch carries none: it never blocks publishing")
 
 
 class SecretIn(BaseModel):
