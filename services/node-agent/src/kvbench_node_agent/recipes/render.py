@@ -353,10 +353,9 @@ def _router(ctx: RenderContext, argv: list[str], binary: str, image: str, health
     )
 
 
-def _vllm_router(
-    ctx: RenderContext, slots: list[EngineSlot], connector: str, extra: list[str] | None = None
-) -> ProcessSpec:
-    argv = [
+def _pd_router_argv(connector: str) -> list[str]:
+    """vllm-router in P/D mode for one KV connector; callers add how it finds and picks engines."""
+    return [
         "vllm-router",
         "--host",
         "0.0.0.0",
@@ -365,6 +364,14 @@ def _vllm_router(
         "--vllm-pd-disaggregation",
         "--kv-connector",
         connector,
+    ]
+
+
+def _vllm_router(
+    ctx: RenderContext, slots: list[EngineSlot], connector: str, extra: list[str] | None = None
+) -> ProcessSpec:
+    argv = [
+        *_pd_router_argv(connector),
         "--prefill-policy",
         "cache_aware",
         "--decode-policy",
@@ -948,14 +955,7 @@ def r_vllm_pd_mori(ctx: RenderContext) -> Machines:  # stacks.md 6: vllm-router 
     router = _router(
         ctx,
         [
-            "vllm-router",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(PORTS["router"]),
-            "--vllm-pd-disaggregation",
-            "--kv-connector",
-            "moriio",
+            *_pd_router_argv("moriio"),
             "--vllm-discovery-address",
             f"0.0.0.0:{PORTS['mori_discovery']}",
             "--policy",
