@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
@@ -60,10 +62,50 @@ async def test_http_errors_resets_and_reused_connections_are_classified() -> Non
         assert busy.error == "http_503"
         again = await stream_completion(None, base + "/busy", {"prompt": "x", "max_tokens": 2}, False, 5)
         assert again.error == "http_503"
-        assert sum(len(p) for p in _POOLS.values()) >= 1  # the keep-alive connection went back to the pool
+        # the keep-alive connection went back to the pool
+        assert sum(len(idle) for hosts in _POOLS.values() for idle in hosts.values()) >= 1
         broken = await stream_completion(None, base + "/cut", {"prompt": "x", "max_tokens": 2}, False, 5)
         assert broken.error == "connection_reset"
         refused = await stream_completion(None, "http://127.0.0.1:9", {"prompt": "x"}, False, 2)
         assert refused.error == "connection_reset"
     finally:
         await server.close()
+
+
+async def test_events_are_stamped_when_they_reach_the_socket_even_while_the_loop_is_busy() -> None:
+    """A chunk that arrives while the client's loop is blocked keeps its arrival time (the kernel's receive stamp),
+    not the time the loop got round to reading it."""
+    import socket  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from kvbench_loadgen.sse import post_stream  # noqa: PLC0415
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    sent: list[float] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n")
+            for k, pause in enumerate((0.05, 0.3, 0.0)):
+                event = b'data: {"n": %d}\n\n' % k
+                sent.append(time.monotonic())
+                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+                time.sleep(pause)
+            conn.sendall(b"0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    task = asyncio.ensure_future(post_stream(f"http://127.0.0.1:{port}/v1/completions", b"{}", {}, 5))
+    await asyncio.sleep(0.02)  # the request is out and the first event has arrived
+    time.sleep(0.2)  # the loop is stuck while the second event arrives (50 ms in)
+    response = await task
+    thread.join(2)
+    listener.close()
+    assert response.status == 200
+    assert [data for _, data in response.events] == [b'{"n": 0}', b'{"n": 1}', b'{"n": 2}']
+    lags = [arrived - at for (arrived, _), at in zip(response.events, sent, strict=True)]
+    assert all(0 <= lag < 0.01 for lag in lags), lags  # the second was read 0.17 s late

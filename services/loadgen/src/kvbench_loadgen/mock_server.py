@@ -2,7 +2,8 @@
 of when it sent each chunk, so a client's timing error can be measured against ground truth.
 
 Timing is scheduled on the server's monotonic clock from the moment the request was read; ``sent`` holds, per
-request id (the ``X-Request-Id`` header, else a counter), the monotonic times at which each chunk was written.
+request id (the ``X-Request-Id`` header, else a counter), the monotonic times at which each chunk was handed to
+the socket.
 Client and server run on the same machine, so both clocks are the same ``time.monotonic``.
 """
 
@@ -83,8 +84,9 @@ class MockServer:
             n = min(per, max_tokens - k * per)
             text = " tok" * n
             choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
-            await response.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
-            times.append(time.monotonic())
+            event = b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+            times.append(time.monotonic())  # stamped as it is handed to the socket: a client cannot see it earlier
+            await response.write(event)
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": max_tokens,

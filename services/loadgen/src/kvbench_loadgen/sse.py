@@ -2,17 +2,30 @@
 
 Why not aiohttp for this path: its reader wakes the reading coroutine one loop iteration after the bytes came in,
 behind every other stream's callbacks, which adds milliseconds to inter-token gaps at 50+ streams. Here the
-socket callback itself records the arrival time and splits the events; JSON is parsed after the response ends,
-off the timing path. Connections are kept alive and reused per host. Only what an OpenAI-compatible streaming
-endpoint needs: POST with a JSON body, a status line, headers, chunked or length-delimited bodies.
+socket is read with ``recvmsg`` from a reader callback, and each read carries the kernel's receive timestamp
+(``SO_TIMESTAMPNS``): when the segment reached the socket, not when this process got round to reading it, so a
+busy loop or a descheduled process does not shift the timings. The kernel stamps on the real-time clock; each
+stamp is moved onto the monotonic clock with the offset between the two clocks read at that moment, and clamped
+between the request's send and the read (a clock step can never produce an impossible time). Where the kernel
+gives no stamp, the read time is used. Limit: segments of one connection that wait in the kernel together are
+merged and carry the later one's stamp, so events are told apart only while the reader is late by less than the
+gap between them (a late read still never stamps later than the read itself).
+JSON is parsed after the response ends, off the timing path. Connections are kept alive and reused per host.
+Only what an OpenAI-compatible streaming endpoint needs: POST with a JSON body, a status line, headers, chunked
+or length-delimited bodies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 import time
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import cast
 from urllib.parse import urlsplit
 
 __all__ = ["HttpError", "SseResponse", "post_stream"]
@@ -29,11 +42,53 @@ class SseResponse:
     body: bytes = b""  # a non-streamed (error) body
 
 
-class _Protocol(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+# Linux values, absent from the socket module on some builds
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
+_READ_SIZE = 256 * 1024
+_ANCILLARY_SIZE = socket.CMSG_SPACE(16)
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]], floor: float) -> float:
+    """The monotonic time the kernel received the bytes just read (the read time when it gave no stamp)."""
+    now = time.monotonic()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SCM_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = cast(tuple[int, int], struct.unpack("qq", data[:16]))
+            stamped = seconds + nanoseconds * 1e-9 - (time.time() - now)
+            return min(now, max(floor, stamped))
+    return now
+
+
+class _Connection:
+    """One keep-alive connection: a non-blocking socket read by a loop reader callback."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.closed = False
+        self._loop = asyncio.get_running_loop()
+        self._sent_at = 0.0
         self._reset()
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> _Connection:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        if not infos:
+            raise HttpError(f"{host}: no address")
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):  # no kernel stamps here: read times are used
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock)
 
     def _reset(self) -> None:
         self.response = SseResponse()
@@ -45,24 +100,50 @@ class _Protocol(asyncio.Protocol):
         self._remaining: int | None = None  # Content-Length left, when not chunked
         self._keep_alive = True
 
-    def start(self) -> asyncio.Future[SseResponse]:
+    async def request(self, data: bytes) -> asyncio.Future[SseResponse]:
         self._reset()
-        self.done = asyncio.get_running_loop().create_future()
+        self.done = self._loop.create_future()
+        self._sent_at = time.monotonic()
+        try:
+            await self._loop.sock_sendall(self.sock, data)
+        except OSError as exc:
+            self.close()
+            raise HttpError(str(exc)) from exc
         return self.done
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._loop.remove_reader(self.sock.fileno())
+            self.sock.close()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+    def _readable(self) -> None:
+        while not self.closed:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, _ANCILLARY_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._lost(exc)
+                return
+            if not data:
+                self._lost(None)
+                return
+            self._deliver(data, _arrival(ancillary, self._sent_at))
+
+    def _deliver(self, data: bytes, arrived: float) -> None:
+        if self.done is not None and not self.done.done():  # else a stray byte on an idle connection: ignore
+            self._data(data, arrived)
+
+    def _lost(self, exc: Exception | None) -> None:
+        self.close()
         if self.done is not None and not self.done.done():
             if self._headers_done and not self._chunked and self._remaining is None:
                 self._finish()  # a body delimited by the close
             else:
                 self.done.set_exception(HttpError(str(exc or "connection closed by the server")))
 
-    def data_received(self, data: bytes) -> None:
-        now = time.monotonic()
+    def _data(self, data: bytes, now: float) -> None:
         self._raw += data
         if not self._headers_done:
             end = self._raw.find(b"\r\n\r\n")
@@ -128,7 +209,10 @@ class _Protocol(asyncio.Protocol):
             self.done.set_result(self.response)
 
 
-_POOLS: dict[tuple[int, str, int], list[_Protocol]] = defaultdict(list)
+# idle connections per event loop (a loop's sockets are read by that loop only) and per host
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, defaultdict[tuple[str, int], list[_Connection]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> SseResponse:
@@ -138,32 +222,31 @@ async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s:
     if parts.scheme != "http":
         raise HttpError(f"{parts.scheme}: only plain http is streamed by this client")
     loop = asyncio.get_running_loop()
-    pool = _POOLS[(id(loop), host, port)]
-    protocol = None
-    while pool and protocol is None:
+    pool = _POOLS.setdefault(loop, defaultdict(list))[(host, port)]
+    connection = None
+    while pool and connection is None:
         candidate = pool.pop()
-        if not candidate.closed and candidate.transport is not None and not candidate.transport.is_closing():
-            protocol = candidate
-    if protocol is None:
-        try:
-            _, protocol = await loop.create_connection(_Protocol, host, port)
-        except OSError as exc:
-            raise HttpError(str(exc)) from exc
+        if not candidate.closed:
+            connection = candidate
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: {len(body)}\r\n"
     head += "Accept: text/event-stream\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-    done = protocol.start()
-    assert protocol.transport is not None
-    protocol.transport.write(head.encode() + body)
     try:
         async with asyncio.timeout(timeout_s):
+            if connection is None:
+                try:
+                    connection = await _Connection.open(host, port)
+                except OSError as exc:
+                    raise HttpError(str(exc)) from exc
+            done = await connection.request(head.encode() + body)
             response = await done
     except BaseException:
-        protocol.transport.close()  # a half-read response must not be reused
+        if connection is not None:
+            connection.close()  # a half-read response must not be reused
         raise
-    if protocol._keep_alive and not protocol.closed:
-        pool.append(protocol)
+    if connection._keep_alive and not connection.closed:
+        pool.append(connection)
     else:
-        protocol.transport.close()
+        connection.close()
     return response
