@@ -13,17 +13,34 @@ from collections.abc import Sequence
 __all__ = ["BlockPool", "chain_hashes"]
 
 
-def chain_hashes(tokens: Sequence[str], block_size: int) -> list[int]:
+def chain_hashes(
+    tokens: Sequence[str], block_size: int, known: tuple[Sequence[str], list[int]] | None = None
+) -> list[int]:
     """h_j = H(h_{j-1}, tokens of block j), full blocks only.
 
     Python's own tuple hash: ten times faster than a cryptographic digest, and identity is all an engine needs
-    (one engine process, or one batch simulation, owns its caches; the values never leave the process)."""
+    (one engine process, or one batch simulation, owns its caches; the values never leave the process).
+    ``known``: an earlier prompt and its hashes (a conversation's previous turn); the blocks it shares with
+    ``tokens`` are not hashed again."""
     hashes: list[int] = []
-    prev = 0
-    for start in range(0, len(tokens) - block_size + 1, block_size):
+    prev, begin = 0, 0
+    if known is not None:
+        old_tokens, old_hashes = known
+        shared = len(old_hashes)
+        while shared and not _same(old_tokens[: shared * block_size], tokens[: shared * block_size]):
+            shared //= 2  # the conversation was not resent verbatim: fall back to the blocks that still agree
+        if shared:
+            hashes = old_hashes[:shared]
+            prev, begin = hashes[-1], shared * block_size
+    append = hashes.append
+    for start in range(begin, len(tokens) - block_size + 1, block_size):
         prev = hash((prev, *tokens[start : start + block_size]))
-        hashes.append(prev)
+        append(prev)
     return hashes
+
+
+def _same(a: Sequence[str], b: Sequence[str]) -> bool:
+    return a == b if type(a) is type(b) else list(a) == list(b)
 
 
 class BlockPool:
@@ -49,18 +66,44 @@ class BlockPool:
     def match(self, hashes: Sequence[int]) -> list[int]:
         """Blocks of the longest cached prefix."""
         hit: list[int] = []
+        cached = self._cached
         for h in hashes:
-            block = self._cached.get(h)
+            block = cached.get(h)
             if block is None:
                 break
             hit.append(block)
         return hit
 
+    def acquire_prefix(self, hashes: Sequence[int]) -> list[int]:
+        """``match`` and ``touch`` in one pass: the blocks of the longest cached prefix, referenced."""
+        hit: list[int] = []
+        cached, ref, free = self._cached, self._ref, self._free
+        for h in hashes:
+            block = cached.get(h)
+            if block is None:
+                break
+            if ref[block] == 0:
+                free.pop(block, None)
+            ref[block] += 1
+            hit.append(block)
+        return hit
+
+    def register_prefix(self, blocks: Sequence[int], hashes: Sequence[int], start: int, end: int) -> None:
+        """``register`` for blocks[start:end] under hashes[start:end]."""
+        cached, own = self._cached, self._hash
+        for j in range(start, end):
+            block, h = blocks[j], hashes[j]
+            if h in cached or own[block] is not None:
+                continue
+            cached[h] = block
+            own[block] = h
+
     def touch(self, blocks: Sequence[int]) -> None:
+        ref, free = self._ref, self._free
         for b in blocks:
-            if self._ref[b] == 0:
-                self._free.pop(b, None)
-            self._ref[b] += 1
+            if ref[b] == 0:
+                free.pop(b, None)
+            ref[b] += 1
 
     def allocate(self, n: int) -> list[int] | None:
         if n > len(self._free):
@@ -87,12 +130,14 @@ class BlockPool:
 
     def release(self, blocks: Sequence[int]) -> None:
         # reversed, like vLLM: a request's tail blocks are the first to be evicted
+        ref, free, hashes = self._ref, self._free, self._hash
         for b in reversed(blocks):
-            self._ref[b] -= 1
-            if self._ref[b] == 0:
-                self._free[b] = None
-                if self._hash[b] is None:
-                    self._free.move_to_end(b, last=False)
+            left = ref[b] - 1
+            ref[b] = left
+            if left == 0:
+                free[b] = None
+                if hashes[b] is None:
+                    free.move_to_end(b, last=False)
 
     def reset(self) -> int:
         """Forget every cached hash of a free block (POST /reset_prefix_cache); returns how many."""

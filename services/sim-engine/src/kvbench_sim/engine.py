@@ -39,10 +39,10 @@ class SimRequest:
     sources: dict[str, int] = field(default_factory=dict)  # cached tokens by where they came from
     chunk_hashes: dict[int, list[int]] = field(default_factory=dict)  # per tier chunk size
     registered: int = 0  # leading blocks already registered in the GPU pool
+    prompt_len: int = field(init=False)  # read many times a step: kept, not recounted
 
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt)
+    def __post_init__(self) -> None:
+        self.prompt_len = len(self.prompt)
 
     @property
     def in_prefill(self) -> bool:
@@ -203,9 +203,12 @@ class Engine:
                 )
 
     # -- intake -------------------------------------------------------------------------------
-    def add(self, request: SimRequest) -> None:
+    def add(self, request: SimRequest, previous: SimRequest | None = None) -> None:
+        """``previous``: the same conversation's last request, whose prompt this one usually extends (its block
+        hashes are reused)."""
         if self.profile.engine.prefix_caching or self.tiers:
-            request.hashes = chain_hashes(request.prompt, self.block_size)
+            known = (previous.prompt, previous.hashes) if previous is not None and previous.hashes else None
+            request.hashes = chain_hashes(request.prompt, self.block_size, known)
         self.waiting.append(request)
 
     def add_transferred(self, request: SimRequest) -> None:
@@ -223,6 +226,7 @@ class Engine:
     def abort(self, request_id: str) -> None:
         for req in list(self.running):
             if req.request_id == request_id:
+                req.finished = True
                 self.running.remove(req)
                 self._free(req)
         self.waiting = deque(r for r in self.waiting if r.request_id != request_id)
@@ -273,8 +277,10 @@ class Engine:
         budget = cfg.max_num_batched_tokens
         prefill: list[tuple[SimRequest, int]] = []
         decode: list[SimRequest] = []
+        block_size = self.block_size
+        preemptions = self.counters.preemptions
         for req in list(self.running):
-            if req not in self.running:
+            if self.counters.preemptions != preemptions and req not in self.running:
                 continue  # preempted while making room for an earlier one
             if req.in_prefill:
                 chunk = min(req.prompt_len - req.num_computed, budget)
@@ -289,6 +295,10 @@ class Engine:
                 continue
             if budget <= 0:
                 break
+            if len(req.blocks) * block_size > req.prompt_len + req.output:  # room for the next token already
+                decode.append(req)
+                budget -= 1
+                continue
             while not self._grow(req, req.prompt_len + req.output + 1):
                 if not self._preempt_newest(req):
                     break
@@ -306,8 +316,7 @@ class Engine:
                 req.admitted = True
             if not req.admitted:
                 max_hit_blocks = (req.prompt_len - 1) // self.block_size
-                hit = self.pool.match(req.hashes[:max_hit_blocks]) if cfg.prefix_caching else []
-                self.pool.touch(hit)
+                hit = self.pool.acquire_prefix(req.hashes[:max_hit_blocks]) if cfg.prefix_caching else []
                 req.blocks = list(hit)
                 req.registered = len(hit)
                 req.num_computed = len(hit) * self.block_size
@@ -424,7 +433,7 @@ class Engine:
             return events
         events = []
         for req, chunk in plan.prefill:
-            if req.finished or req not in self.running:
+            if req.finished or not req.admitted:  # aborted, or preempted after this plan was made
                 continue
             req.num_computed += chunk
             self._register_full_blocks(req)
@@ -433,15 +442,15 @@ class Engine:
                     self._store(req)
                 events.append(self._emit(req, now_s))
         for req in plan.decode:
-            if req.finished or req not in self.running:
+            if req.finished or not req.admitted:  # aborted, or preempted after this plan was made
                 continue
             events.append(self._emit(req, now_s))
         return events
 
     def _register_full_blocks(self, req: SimRequest) -> None:
         full = min(req.num_computed // self.block_size, len(req.hashes), len(req.blocks))
-        for j in range(req.registered, full):  # blocks hit or registered before are cached already
-            self.pool.register(req.blocks[j], req.hashes[j])
+        if full > req.registered:  # blocks hit or registered before are cached already
+            self.pool.register_prefix(req.blocks, req.hashes, req.registered, full)
         req.registered = max(req.registered, full)
 
     def _emit(self, req: SimRequest, now_s: float) -> TokenEvent:

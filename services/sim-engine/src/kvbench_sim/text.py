@@ -30,10 +30,11 @@ def chat_to_prompt(messages: list[dict[str, Any]]) -> str:
 
 
 def output_words(prompt_tokens: list[str], count: int, seed: int) -> list[str]:
-    digest = hashlib.blake2b(" ".join(prompt_tokens[-64:]).encode() + seed.to_bytes(8, "big"), digest_size=16)
-    state = int.from_bytes(digest.digest(), "big")
-    words: list[str] = []
-    for _ in range(count):
-        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        words.append(f"w{(state >> 33) % 4096}")
-    return words
+    """``count`` words drawn from an extendable-output hash (SHAKE-128) of the prompt's last 64 tokens and the
+    seed: two bytes a word, so a whole reply costs one hash call."""
+    key = " ".join(prompt_tokens[-64:]).encode() + seed.to_bytes(8, "big")
+    stream = memoryview(hashlib.shake_128(key).digest(2 * count)).cast("H")
+    return [_WORDS[v & 4095] for v in stream]
+
+
+_WORDS = [f"w{i}" for i in range(4096)]
