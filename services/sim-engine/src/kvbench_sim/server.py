@@ -39,6 +39,10 @@ class PacedEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.late_steps = 0
+        # how late each streamed token was written; filled during a step's burst of writes and handed to
+        # ``on_lateness`` after it, so bookkeeping never delays the writes
+        self.lateness: list[float] = []
+        self.on_lateness: Callable[[list[float]], None] | None = None
 
     def now_s(self) -> float:
         return (time.monotonic() - self._t0) * self.speed
@@ -113,6 +117,14 @@ class PacedEngine:
                     queue.put_nowait(event)
                 if event.finished:
                     self._queues.pop(event.request_id, None)
+            if self.lateness:
+                samples, self.lateness = self.lateness, []
+                if self.on_lateness is not None:
+                    self.on_lateness(samples)
+
+
+_RUNNING = b',"logprobs":null,"finish_reason":null}]}\n\n'
+_FINISHED = b',"logprobs":null,"finish_reason":"length"}]}\n\n'
 
 
 def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
@@ -142,6 +154,12 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
         registry=metrics.registry,
     )
     counter = {"n": 0}
+
+    def observe_lateness(samples: list[float]) -> None:
+        for late in samples:
+            lateness.observe(late)
+
+    paced.on_lateness = observe_lateness
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="")
@@ -229,8 +247,10 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
         # sent the headers (chunked) and writes the closing chunk when the handler returns
         head = (
             f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{json.dumps(model)},"choices":[{{'
-            f'"index":0,"{"delta" if chat else "text"}":'
+            + ('"index":0,"delta":{"content":" ' if chat else '"index":0,"text":" ')
         ).encode()
+        after = b'"}' if chat else b'"'
+        tokens_out = [w.encode() for w in words]
 
         def frame(data: bytes) -> bytes:
             return f"{len(data):x}\r\n".encode() + data + b"\r\n"
@@ -247,11 +267,10 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
                 if not done.done():
                     done.set_exception(ConnectionResetError())
                 return
-            text = '" ' + words[event.index] + '"'  # output words are plain ASCII ("w123"): no JSON escaping needed
-            body = ('{"content":' + text + "}" if chat else text).encode()
-            finish = b'"length"' if event.finished else b"null"
-            transport.write(frame(head + body + b',"logprobs":null,"finish_reason":' + finish + b"}]}\n\n"))
-            lateness.observe(max(0.0, time.monotonic() - paced.due_wall(event.time_s)))
+            # output words are plain ASCII ("w123"): no JSON escaping needed
+            data = head + tokens_out[event.index] + after + (_FINISHED if event.finished else _RUNNING)
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            paced.lateness.append(max(0.0, time.monotonic() - paced.due_wall(event.time_s)))
             if event.index == 0:
                 metrics.ttft.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
             if event.finished:
