@@ -35,8 +35,10 @@ def test_sim_argv_expresses_the_stack() -> None:
     assert not layout_for(layout["workload"], layout["cluster"]).engine.prefix_caching
     offload = json.loads(sim_engine_argv(command("vllm-native-cpu-offload"), 9000)[-1])
     assert [t.name for t in layout_for(offload["workload"], offload["cluster"]).engine.tiers] == ["host"]
-    with pytest.raises(LaunchError, match="batch mode"):
-        sim_engine_argv(command("vllm-pd-nixl"), 9000)
+    decode = sim_engine_argv(command("vllm-pd-nixl"), 9000, pd_role="decode")
+    assert decode[decode.index("--pd-role") + 1] == "decode"
+    with pytest.raises(LaunchError, match="no simulated server form"):
+        sim_engine_argv(command("trtllm-pd-nixl"), 9000)
 
 
 def test_scrape_keeps_engine_series_and_drops_created_and_buckets() -> None:
@@ -69,3 +71,44 @@ async def test_sim_launcher_starts_a_healthy_engine_and_stops_it(tmp_path: Path)
     finally:
         await launcher.stop(deployment)
     assert not pid_alive(pid)
+
+
+async def test_sim_launcher_starts_a_split_stack_behind_its_router(tmp_path: Path) -> None:
+    """P/D: the pool's first machine starts the prefill and decode engines and the router; a streamed request
+    through the router is prefilled on one engine and decoded on the other, which counts the transferred KV."""
+    import aiohttp  # noqa: PLC0415
+
+    split = command("vllm-pd-nixl").model_copy(
+        update={
+            "sim": {"gpu": "H100", "speed": 4.0, "machines": 2},
+            "sizing": {"prefill_machines": 1},
+            "routing": "pd_aware",
+            "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
+        }
+    )
+    other = await SimLauncher("n1", tmp_path, health_timeout_s=60).start(split)
+    assert other.endpoints == [] and other.processes == []  # the second machine's agent starts nothing
+    launcher = SimLauncher("n0", tmp_path, health_timeout_s=60)
+    deployment = await launcher.start(split)
+    try:
+        roles = {e.role: e for e in deployment.endpoints}
+        assert sorted(roles) == ["decode", "prefill", "router"]
+        assert deployment.facts["routing"] == "pd_aware"
+        prompt = " ".join(f"p{i}" for i in range(2000))
+        body = {"model": "Qwen/Qwen3-8B", "prompt": prompt, "max_tokens": 3, "stream": True}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(roles["router"].base_url + "/v1/completions", json=body) as response:
+                assert response.status == 200
+                events = [line async for line in response.content if line.startswith(b"data: {")]
+            assert len(events) == 3
+            async with http.get(roles["decode"].metrics_url) as response:
+                decode_metrics = parse_samples(await response.text())
+            async with http.get(roles["prefill"].metrics_url) as response:
+                prefill_metrics = parse_samples(await response.text())
+        transferred = 'vllm:prompt_tokens_by_source_total{engine="0",source="external_kv_transfer"}'
+        assert decode_metrics[transferred] == 1999  # all but the last prompt token came over the link
+        assert decode_metrics['vllm:nixl_bytes_transferred_count{engine="0"}'] == 1
+        assert prefill_metrics['vllm:prompt_tokens_total{engine="0"}'] == 2000
+    finally:
+        await launcher.stop(deployment)
+    assert all(p.proc.poll() is not None for p in deployment.processes)

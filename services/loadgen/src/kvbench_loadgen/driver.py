@@ -161,6 +161,7 @@ class Driver:
             "max_tokens": turn.output_tokens,
             "ignore_eos": True,
             "temperature": 0,
+            "user": session.session_id,  # OpenAI's end-user field: what session-affinity routers key on
         }
         if turn.chat:
             payload["messages"] = turn.messages

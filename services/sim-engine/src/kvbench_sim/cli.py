@@ -10,10 +10,12 @@ import sys
 
 from aiohttp import web
 
+from kvbench_sim import router
 from kvbench_sim.engine import Engine
 from kvbench_sim.profiles import EngineConfig, Profile, load_profile
 from kvbench_sim.server import PacedEngine, build_app
 from kvbench_sim.stacks import layout_for
+from kvbench_sim.tiers import Link
 
 __all__ = ["main"]
 
@@ -39,17 +41,30 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--flavor", choices=("vllm", "sglang"), default=None, help="metric names (default: vllm)")
     serve.add_argument(
+        "--pd-role",
+        choices=("prefill", "decode"),
+        default=None,
+        help="P/D split: a prefill engine answers with kv_transfer_params; a decode engine pulls prompts' KV",
+    )
+    serve.add_argument("--pd-link-gbps", type=float, default=None, help="decode side: GB/s of the KV link")
+    serve.add_argument("--pd-setup-ms", type=float, default=None, help="decode side: fixed cost of each transfer")
+    serve.add_argument("--engine-id", default=None, help="name given to P/D peers (default: sim-PORT)")
+    serve.add_argument(
         "--layout",
         default=None,
         help="JSON {workload: {stack, model, engine, sizing, kv_tier}, cluster: {...}}: engine settings and tiers "
         "of that catalog stack (what the node agent passes); overrides the engine flags above",
     )
+    router.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s kvbench-sim %(message)s")
+    if args.command == "route":
+        router.main(args)
+        return
     try:
         profile = _profile(args)
         engine = Engine(profile, seed=args.seed)
@@ -88,11 +103,28 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
         engine.pool.num_blocks,
         "on" if profile.engine.prefix_caching else "off",
     )
-    paced = PacedEngine(engine, speed=args.speed)
+    link_gbps, setup_ms = 25.0, 1.0
+    if args.layout:
+        spec = json.loads(args.layout)
+        layout = layout_for(spec["workload"], spec.get("cluster") or {"gpu": args.gpu})
+        link_gbps, setup_ms = layout.link_gbps, layout.link_setup_ms
+    link_gbps = args.pd_link_gbps or link_gbps
+    setup_ms = args.pd_setup_ms if args.pd_setup_ms is not None else setup_ms
+    transfer = Link("pd", link_gbps * 1e9) if args.pd_role == "decode" else None
+    if args.pd_role:
+        log.info("P/D %s engine; KV link %.1f GB/s, %.1f ms per transfer", args.pd_role, link_gbps, setup_ms)
+    paced = PacedEngine(engine, speed=args.speed, transfer=transfer)
     flavor = args.flavor
     if args.layout and flavor is None:
         flavor = str((json.loads(args.layout)["workload"].get("engine") or {}).get("name", "vllm"))
-    app = build_app(paced, args.model, seed=args.seed, flavor=flavor or "vllm")
+    app = build_app(
+        paced,
+        args.model,
+        seed=args.seed,
+        flavor=flavor or "vllm",
+        engine_id=args.engine_id or f"sim-{args.port}",
+        pd_setup_s=setup_ms / 1e3,
+    )
     try:
         import uvloop  # noqa: PLC0415  (optional speed-up)
 

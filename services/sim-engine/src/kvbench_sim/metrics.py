@@ -8,6 +8,7 @@ from kvbench_sim.engine import Engine
 
 __all__ = ["SglangMetrics", "VllmMetrics"]
 
+_BYTE_BUCKETS = tuple(float(4**k * 1024) for k in range(3, 14))  # 64 KiB .. 64 GiB
 _LAT_BUCKETS = (
     0.001,
     0.005,
@@ -90,8 +91,18 @@ class VllmMetrics:
             registry=r,
         )  # fmt: skip
         self.lmcache_hit = Counter("lmcache_mp:lookup_hit", "LMCache lookup hits, tokens", ["tier"], registry=r)
+        self.by_source = Counter(
+            "vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from", [*labels, "source"], registry=r
+        )
+        self.nixl_bytes = Histogram(
+            "vllm:nixl_bytes_transferred", "Bytes of each P/D KV transfer", labels, buckets=_BYTE_BUCKETS, registry=r
+        )
+        self.nixl_time = Histogram(
+            "vllm:nixl_xfer_time_seconds", "Time of each P/D KV transfer", labels, buckets=_LAT_BUCKETS, registry=r
+        )
         self._last = (0, 0, 0, 0, 0)
         self._last_tiers: dict[str, float] = {}
+        self._transferred = 0.0
 
     def _bytes(self, key: str, value: float) -> None:
         lv = self._lv
@@ -102,6 +113,12 @@ class VllmMetrics:
             (self.disk_read_bytes if direction == "load" else self.disk_write_bytes).labels(*lv).inc(value)
         else:
             self.store_bytes.labels(*lv, "get" if direction == "load" else "put").inc(value)
+
+    def kv_transfers(self, landed: list[tuple[float, float]]) -> None:
+        """P/D transfers that landed on this (decode) engine: (bytes, seconds) each."""
+        for size, seconds in landed:
+            self.nixl_bytes.labels(*self._lv).observe(size)
+            self.nixl_time.labels(*self._lv).observe(seconds)
 
     def describe_cache(self, engine: Engine) -> None:
         self.cache_config.labels(
@@ -119,6 +136,13 @@ class VllmMetrics:
         self.prefix_queries.labels(*lv).inc(deltas[2])
         self.prefix_hits.labels(*lv).inc(deltas[3])
         self.cached_by_source.labels(*lv, "device").inc(deltas[3])
+        transferred = float(c.tier_hits.get("transferred", 0))
+        self.by_source.labels(*lv, "external_kv_transfer").inc(max(0.0, transferred - self._transferred))
+        self.by_source.labels(*lv, "local_cache_hit").inc(deltas[3])
+        self.by_source.labels(*lv, "local_compute").inc(
+            max(0, deltas[0] - deltas[3] - int(transferred - self._transferred))
+        )
+        self._transferred = transferred
         self.preemptions.labels(*lv).inc(deltas[4])
         self._last = now
         if engine.tiers:
@@ -173,7 +197,18 @@ class SglangMetrics:
             "sglang:e2e_request_latency_seconds", "E2E latency (engine view)", labels, buckets=_LAT_BUCKETS, registry=r
         )
         self.success = Counter("sglang:num_requests", "Finished requests", [*labels, "finished_reason"], registry=r)
+        self.transfer_mb = Histogram(
+            "sglang:kv_transfer_total_mb",
+            "MB of each P/D KV transfer",
+            labels,
+            buckets=tuple(b / 1e6 for b in _BYTE_BUCKETS),
+            registry=r,
+        )
         self._last: dict[str, float] = {}
+
+    def kv_transfers(self, landed: list[tuple[float, float]]) -> None:
+        for size, _ in landed:
+            self.transfer_mb.labels(*self._lv).observe(size / 1e6)
 
     def describe_cache(self, engine: Engine) -> None:
         self.capacity.labels(*self._lv).set(engine.pool.num_blocks * engine.block_size)

@@ -22,6 +22,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from kvbench_sim.engine import Engine, SimRequest, TokenEvent
 from kvbench_sim.metrics import SglangMetrics, VllmMetrics
 from kvbench_sim.text import chat_to_prompt, output_words, tokenize
+from kvbench_sim.tiers import Link, Transfer
 
 __all__ = ["PacedEngine", "build_app"]
 
@@ -29,9 +30,12 @@ log = logging.getLogger(__name__)
 
 
 class PacedEngine:
-    def __init__(self, engine: Engine, speed: float = 1.0) -> None:
+    def __init__(self, engine: Engine, speed: float = 1.0, transfer: Link | None = None) -> None:
         self.engine = engine
         self.speed = speed
+        # P/D decode side: the link prompts' KV arrives over from prefill engines (flows share its bandwidth)
+        self.transfer = transfer
+        self.transferred: list[tuple[float, float]] = []  # (bytes, seconds) of each landed transfer, for metrics
         self._t0 = time.monotonic()
         self._clock_s = 0.0
         self._queues: dict[str, asyncio.Queue[TokenEvent]] = {}
@@ -74,6 +78,31 @@ class PacedEngine:
         self.engine.add(request)
         self._wake.set()
 
+    def submit_transferred(self, request: SimRequest, kv_bytes: float, setup_s: float,
+                           on_token: Callable[[TokenEvent], None]) -> None:  # fmt: skip
+        """P/D decode side: the prompt's KV comes over the transfer link; the request joins the batch when it has
+        landed, with every prompt token but the last already computed."""
+        assert self.transfer is not None
+        self._callbacks[request.request_id] = on_token
+        self.transfer.start(self.now_s(), Transfer("pd", kv_bytes, setup_s, (request, self.now_s())))
+        self._wake.set()
+
+    def _land_transfers(self, now_s: float) -> float | None:
+        """Hand landed P/D transfers to the engine; returns when the next one lands."""
+        if self.transfer is None:
+            return None
+        for transfer in self.transfer.landed(now_s):
+            assert isinstance(transfer.on_done, tuple)
+            request: SimRequest = transfer.on_done[0]
+            started: float = transfer.on_done[1]
+            if request.request_id in self._callbacks:  # not aborted meanwhile
+                self.engine.add_transferred(request)
+                self.transferred.append((self.transfer_bytes(request), now_s - started))
+        return self.transfer.next_done_s(now_s)
+
+    def transfer_bytes(self, request: SimRequest) -> float:
+        return request.prompt_len * self.engine.profile.model.kv_bytes_per_token
+
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)
         self._queues.pop(request_id, None)
@@ -81,11 +110,13 @@ class PacedEngine:
 
     async def _run(self) -> None:
         while True:
+            landing = self._land_transfers(max(self._clock_s, self.now_s()))
             plan = self.engine.schedule(max(self._clock_s, self.now_s()))
             if plan is None:
                 # idle: wait for a request, a KV transfer landing or the end of a (re)start, whichever is first
                 now = self.now_s()
-                transfer = self.engine.next_transfer_s()
+                times = [t for t in (self.engine.next_transfer_s(), landing) if t is not None]
+                transfer = min(times) if times else None
                 if transfer is not None and transfer <= now:
                     await asyncio.sleep(0)  # landed while we looked: apply it on the next pass, never sleep past it
                     continue
@@ -127,6 +158,17 @@ _RUNNING = b',"logprobs":null,"finish_reason":null}]}\n\n'
 _FINISHED = b',"logprobs":null,"finish_reason":"length"}]}\n\n'
 
 
+def _transfer_params(body: dict[str, Any], paced: PacedEngine) -> bool:
+    """True for a P/D decode request whose prompt KV is to be pulled from a prefill engine."""
+    params = body.get("kv_transfer_params")
+    if not isinstance(params, dict) or not params.get("do_remote_prefill"):
+        return False
+    if paced.transfer is None:
+        error = "kv_transfer_params: this engine is not a P/D decode engine (start it with --pd-role decode)"
+        raise web.HTTPBadRequest(text=json.dumps({"error": error}))
+    return True
+
+
 def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
     if chat:
         messages = body.get("messages")
@@ -143,7 +185,16 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[str]:
     return tokenize(prompt)
 
 
-def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm") -> web.Application:
+def build_app(
+    paced: PacedEngine,
+    model: str,
+    seed: int = 0,
+    flavor: str = "vllm",
+    engine_id: str = "sim-0",
+    pd_setup_s: float = 0.0,
+) -> web.Application:
+    """``engine_id``: how this engine names itself to a P/D router (``kv_transfer_params.remote_engine_id``);
+    ``pd_setup_s``: the fixed cost of each P/D transfer on the decode side (handshake, descriptors)."""
     metrics: VllmMetrics | SglangMetrics = SglangMetrics(model) if flavor == "sglang" else VllmMetrics(model)
     metrics.describe_cache(paced.engine)
     slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
@@ -171,6 +222,9 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
 
     async def metrics_endpoint(_: web.Request) -> web.Response:
         metrics.refresh(paced.engine)
+        if paced.transferred:
+            landed, paced.transferred = paced.transferred, []
+            metrics.kv_transfers(landed)
         slips.inc(paced.late_steps - slips._value.get())
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -187,6 +241,7 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
             raise web.HTTPBadRequest(text=json.dumps({"error": "body: a JSON object is required"}))
         tokens = _prompt_tokens(body, chat)
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        transfer_in = _transfer_params(body, paced)
         engine = paced.engine
         if engine._blocks_for(len(tokens) + max_tokens) > engine.pool.num_blocks:
             raise web.HTTPBadRequest(text=json.dumps({"error": "prompt plus max_tokens exceed the KV cache"}))
@@ -213,6 +268,8 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
             return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
 
         if not stream:
+            if transfer_in:
+                raise web.HTTPBadRequest(text=json.dumps({"error": "kv_transfer_params: a P/D decode must stream"}))
             queue = paced.submit(sim_req)
             while True:
                 event = await queue.get()
@@ -225,16 +282,28 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
                 if chat
                 else {"index": 0, "text": text, "finish_reason": "length"}
             )
-            return web.json_response(
-                {
-                    "id": rid,
-                    "object": "chat.completion" if chat else "text_completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [message],
-                    "usage": usage(),
+            reply: dict[str, Any] = {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [message],
+                "usage": usage(),
+            }
+            if isinstance(body.get("kv_transfer_params"), dict) and body["kv_transfer_params"].get("do_remote_decode"):
+                # P/D prefill side: what the decode engine needs to pull this prompt's KV (vLLM's NIXL fields)
+                host, port = [*request.host.rsplit(":", 1), "80"][:2]
+                reply["kv_transfer_params"] = {
+                    "do_remote_prefill": True,
+                    "do_remote_decode": False,
+                    "remote_engine_id": engine_id,
+                    "remote_request_id": rid,
+                    "remote_host": host,
+                    "remote_port": int(port),
+                    "remote_block_ids": [],
+                    "prompt_tokens": len(tokens),
                 }
-            )
+            return web.json_response(reply)
 
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         response.enable_chunked_encoding()
@@ -288,7 +357,10 @@ def build_app(paced: PacedEngine, model: str, seed: int = 0, flavor: str = "vllm
         if chat:
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
             transport.write(tail({"id": rid, "object": obj, "created": created, "model": model, "choices": [role]}))
-        paced.submit_callback(sim_req, on_token)
+        if transfer_in:
+            paced.submit_transferred(sim_req, paced.transfer_bytes(sim_req), pd_setup_s, on_token)
+        else:
+            paced.submit_callback(sim_req, on_token)
         try:
             await done
         except (ConnectionResetError, asyncio.CancelledError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
@@ -18,33 +18,35 @@ from kvbench_node_agent.launchers.base import (
     read_block_size,
     wait_healthy,
 )
-from kvbench_sim.stacks import SIM_STACKS
+from kvbench_sim.router import POLICIES
+from kvbench_sim.stacks import SIM_STACKS, layout_for
 
-__all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv"]
+__all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv", "sim_router_argv"]
 
-# Stacks with a simulated form in server mode (kvbench_sim.stacks maps each to engine settings and tiers);
-# split (P/D) stacks are simulated in batch mode (`kvbench sim run`) only.
-SIM_STACK_FLAGS: dict[str, list[str]] = {stack: [] for stack in SIM_STACKS if "-pd-" not in stack}
+# Stacks with a simulated form in server mode (kvbench_sim.stacks maps each to engine settings and tiers). Split
+# (P/D) stacks run whole on the pool's first machine: its prefill and decode engines and the router in front.
+SIM_STACK_FLAGS: dict[str, list[str]] = {stack: [] for stack in SIM_STACKS}
 
 
-def sim_engine_argv(command: StartStack, port: int) -> list[str]:
-    if command.stack not in SIM_STACK_FLAGS:
-        known = ", ".join(sorted(SIM_STACK_FLAGS))
-        hint = " (split stacks run in batch mode: kvbench sim run PLAN)" if "-pd-" in command.stack else ""
-        raise LaunchError(f"stack {command.stack} has no simulated server form{hint}; simulated stacks: {known}")
-    sim: dict[str, Any] = command.sim or {}
-    engine = command.engine or {}
-    layout = {
+def _layout(command: StartStack) -> dict[str, Any]:
+    return {
         "workload": {
             "stack": command.stack,
             "model": command.model,
-            "engine": engine,
+            "engine": command.engine or {},
             "sizing": command.sizing,
             "kv_tier": command.kv_tier,
         },
-        "cluster": sim,
+        "cluster": command.sim or {},
     }
-    return [
+
+
+def sim_engine_argv(command: StartStack, port: int, pd_role: str | None = None) -> list[str]:
+    if command.stack not in SIM_STACK_FLAGS:
+        known = ", ".join(sorted(SIM_STACK_FLAGS))
+        raise LaunchError(f"stack {command.stack} has no simulated server form; simulated stacks: {known}")
+    sim: dict[str, Any] = command.sim or {}
+    argv = [
         sys.executable,
         "-m",
         "kvbench_sim",
@@ -58,8 +60,18 @@ def sim_engine_argv(command: StartStack, port: int) -> list[str]:
         "--speed",
         str(sim.get("speed", 1.0)),
         "--layout",
-        json.dumps(layout),
+        json.dumps(_layout(command)),
     ]
+    return [*argv, "--pd-role", pd_role] if pd_role else argv
+
+
+def sim_router_argv(port: int, policy: str, engines: list[str], prefill: list[str]) -> list[str]:
+    argv = [sys.executable, "-m", "kvbench_sim", "route", "--port", str(port), "--policy", policy]
+    for url in engines:
+        argv += ["--engine", url]
+    for url in prefill:
+        argv += ["--prefill", url]
+    return argv
 
 
 class SimLauncher:
@@ -71,34 +83,84 @@ class SimLauncher:
         self._health_timeout_s = health_timeout_s
 
     async def start(self, command: StartStack) -> Deployment:
+        if "-pd-" in command.stack:
+            return await self._start_split(command)
         port = free_port()
         argv = sim_engine_argv(command, port)
-        log_path = self._state_dir / "logs" / f"{command.deployment_id}-engine0.log"
-        process = ManagedProcess("sim-engine", spawn(argv, log_path), log_path)
-        deployment = Deployment(
-            deployment_id=command.deployment_id,
-            run_id=command.run_id,
-            stack=command.stack,
-            endpoints=[
-                EngineEndpoint(
-                    node_id=self._node_id,
-                    engine_id=f"{self._node_id}-e0",
-                    base_url=f"http://127.0.0.1:{port}",
-                    metrics_url=f"http://127.0.0.1:{port}/metrics",
-                )
-            ],
-            processes=[process],
+        deployment = Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
+                                endpoints=[], processes=[])  # fmt: skip
+        await self._engine(deployment, command, argv, port, "engine0", "both")
+        deployment.facts["engine_argv"] = " ".join(argv[1:])
+        return deployment
+
+    async def _start_split(self, command: StartStack) -> Deployment:
+        """P/D: the pool's first machine runs every prefill and decode engine of the simulated cluster and the
+        router; the other machines' agents start nothing (their share runs there)."""
+        deployment = Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
+                                endpoints=[], processes=[])  # fmt: skip
+        head = not command.pool or command.pool[0].get("name") == self._node_id
+        if not head:
+            deployment.facts["note"] = "split stack: its engines and router run on the pool's first machine"
+            return deployment
+        layout = layout_for(_layout(command)["workload"], command.sim or {})
+        urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+        try:
+            roles: tuple[tuple[Literal["prefill", "decode"], int], ...] = (
+                ("prefill", layout.prefill_engines),
+                ("decode", layout.engines),
+            )
+            for role, count in roles:
+                for index in range(count):
+                    port = free_port()
+                    argv = sim_engine_argv(command, port, pd_role=role)
+                    await self._engine(deployment, command, argv, port, f"{role}{index}", role)
+                    urls[role].append(f"http://127.0.0.1:{port}")
+            policy = command.routing if command.routing in POLICIES else "pd_aware"
+            port = free_port()
+            argv = sim_router_argv(port, policy, urls["decode"], urls["prefill"])
+            log_path = self._state_dir / "logs" / f"{command.deployment_id}-router.log"
+            router = ManagedProcess("sim-router", spawn(argv, log_path), log_path)
+            deployment.processes.append(router)
+            await wait_healthy(f"http://127.0.0.1:{port}/health", router, self._health_timeout_s)
+        except LaunchError:
+            deployment.stop()
+            raise
+        deployment.endpoints.insert(
+            0,
+            EngineEndpoint(
+                node_id=self._node_id,
+                engine_id=f"{self._node_id}-router",
+                role="router",
+                base_url=f"http://127.0.0.1:{port}",
+                metrics_url=f"http://127.0.0.1:{port}/metrics",
+            ),
         )
+        deployment.facts["router_argv"] = " ".join(argv[1:])
+        deployment.facts["routing"] = policy
+        return deployment
+
+    async def _engine(self, deployment: Deployment, command: StartStack, argv: list[str], port: int, name: str,
+                      role: Literal["both", "prefill", "decode"]) -> None:  # fmt: skip
+        log_path = self._state_dir / "logs" / f"{command.deployment_id}-{name}.log"
+        process = ManagedProcess(f"sim-{name}", spawn(argv, log_path), log_path)
+        deployment.processes.append(process)
         try:
             await wait_healthy(f"http://127.0.0.1:{port}/health", process, self._health_timeout_s)
         except LaunchError:
             deployment.stop()
             raise
+        deployment.endpoints.append(
+            EngineEndpoint(
+                node_id=self._node_id,
+                engine_id=f"{self._node_id}-{'e' + name[6:] if name.startswith('engine') else name}",
+                role=role,
+                base_url=f"http://127.0.0.1:{port}",
+                metrics_url=f"http://127.0.0.1:{port}/metrics",
+            )
+        )
         block_size = read_block_size(log_path)
         if block_size:
             deployment.facts["attention_block_size"] = block_size
-        deployment.facts["engine_argv"] = " ".join(argv[1:])
-        return deployment
 
     async def stop(self, deployment: Deployment) -> None:
         deployment.stop()
