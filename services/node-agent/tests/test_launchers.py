@@ -113,3 +113,48 @@ async def test_sim_launcher_starts_a_split_stack_behind_its_router(tmp_path: Pat
     finally:
         await launcher.stop(deployment)
     assert all(p.proc.poll() is not None for p in deployment.processes)
+
+
+async def test_engines_of_two_machines_share_the_stacks_store(tmp_path: Path) -> None:
+    """A shared-store stack on two simulated machines: the first machine starts the store; a prompt prefilled on
+    one machine's engine is a shared-store hit on the other's."""
+    import asyncio  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import aiohttp  # noqa: PLC0415
+
+    shared = command("vllm-lmcache-mooncake").model_copy(
+        update={
+            "sim": {"gpu": "H100", "speed": 4.0, "machines": 2},
+            "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
+        }
+    )
+    second = SimLauncher("n1", tmp_path, health_timeout_s=60)
+    first = SimLauncher("n0", tmp_path, health_timeout_s=60)
+    late = await second.start(shared)  # its engine waits for the store, which comes up with the first machine
+    head = await first.start(shared)
+    try:
+        assert "chunks" in head.facts["shared_store"]
+        assert [p.name for p in head.processes] == ["sim-store", "sim-engine0"]
+        prompt = " ".join(f"doc{i}" for i in range(3000))
+        body = {"model": "Qwen/Qwen3-8B", "prompt": prompt, "max_tokens": 2}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(head.endpoints[0].base_url + "/v1/completions", json=body) as response:
+                assert (await response.json())["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            deadline = time.monotonic() + 20
+            before: dict[str, float] = {}
+            while before.get('kvbench_sim_tier_chunks{tier="shared"}', 0) < 11 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)  # the store lands, then reaches the other engine
+                async with http.get(late.endpoints[0].metrics_url) as response:
+                    before = parse_samples(await response.text())
+            assert before['kvbench_sim_tier_chunks{tier="shared"}'] == 11  # 11 whole 256-token chunks of the prompt
+            assert before['kvbench_sim_tier_chunks{tier="host"}'] == 0  # nothing of it in this engine's own tiers
+            async with http.post(late.endpoints[0].base_url + "/v1/completions", json=body) as response:
+                cached = (await response.json())["usage"]["prompt_tokens_details"]["cached_tokens"]
+            async with http.get(late.endpoints[0].metrics_url) as response:
+                samples = parse_samples(await response.text())
+        assert cached == 2816  # its first sight of the prompt: every chunk from the shared store
+        assert samples['vllm:external_prefix_cache_hits_total{engine="0"}'] == 2816
+    finally:
+        await first.stop(head)
+        await second.stop(late)

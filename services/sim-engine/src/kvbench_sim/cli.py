@@ -10,7 +10,7 @@ import sys
 
 from aiohttp import web
 
-from kvbench_sim import router
+from kvbench_sim import router, store
 from kvbench_sim.engine import Engine
 from kvbench_sim.profiles import EngineConfig, Profile, load_profile
 from kvbench_sim.server import PacedEngine, build_app
@@ -50,12 +50,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--pd-setup-ms", type=float, default=None, help="decode side: fixed cost of each transfer")
     serve.add_argument("--engine-id", default=None, help="name given to P/D peers (default: sim-PORT)")
     serve.add_argument(
+        "--shared-store",
+        default=None,
+        help="ws://HOST:PORT/ws of the shared store process (kvbench_sim store) behind this stack's shared tier",
+    )
+    serve.add_argument(
         "--layout",
         default=None,
         help="JSON {workload: {stack, model, engine, sizing, kv_tier}, cluster: {...}}: engine settings and tiers "
         "of that catalog stack (what the node agent passes); overrides the engine flags above",
     )
     router.add_parser(sub)
+    store.add_parser(sub)
     return parser
 
 
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s kvbench-sim %(message)s")
     if args.command == "route":
         router.main(args)
+        return
+    if args.command == "store":
+        store.main(args)
         return
     try:
         profile = _profile(args)
@@ -125,6 +134,23 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
         engine_id=args.engine_id or f"sim-{args.port}",
         pd_setup_s=setup_ms / 1e3,
     )
+    shared = [t for t in engine.tiers if t.config.store_id]
+    if args.shared_store:
+        if not shared:
+            sys.stderr.write("kvbench-sim: --shared-store: this stack has no shared tier\n")
+            raise SystemExit(2)
+        client = store.StoreClient(args.shared_store, shared[0])
+
+        async def connect(_: web.Application) -> None:
+            client.start()
+
+        async def disconnect(_: web.Application) -> None:
+            await client.stop()
+
+        app.on_startup.append(connect)
+        app.on_cleanup.append(disconnect)
+    elif shared:
+        log.info("the %s tier is this engine's own (no --shared-store given)", shared[0].name)
     try:
         import uvloop  # noqa: PLC0415  (optional speed-up)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import Counter, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kvbench_sim.engine import Engine, SimRequest, TokenEvent
@@ -204,6 +204,12 @@ def build_app(
         buckets=(0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.5, 2.0),
         registry=metrics.registry,
     )
+    tier_chunks = Gauge(
+        "kvbench_sim_tier_chunks",
+        "Chunks each KV tier holds (for a shared tier, the whole store's index as this engine sees it)",
+        ["tier"],
+        registry=metrics.registry,
+    )
     counter = {"n": 0}
 
     def observe_lateness(samples: list[float]) -> None:
@@ -222,6 +228,8 @@ def build_app(
 
     async def metrics_endpoint(_: web.Request) -> web.Response:
         metrics.refresh(paced.engine)
+        for tier in paced.engine.tiers:
+            tier_chunks.labels(tier.name).set(tier.chunks)
         if paced.transferred:
             landed, paced.transferred = paced.transferred, []
             metrics.kv_transfers(landed)

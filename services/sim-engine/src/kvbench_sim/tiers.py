@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvbench_sim.profiles import TierConfig
@@ -102,6 +102,9 @@ class Tier:
         self.evictions = 0
         self.stored_tokens = 0
         self.loaded_tokens = 0
+        # a tier whose index lives in a store process (server mode): told what this engine stored and hit
+        self.on_commit: Callable[[list[int]], None] | None = None
+        self.on_touch: Callable[[list[int]], None] | None = None
 
     # -- lookup -----------------------------------------------------------------------------------
     def longest_prefix(self, chunk_hashes: Sequence[int]) -> int:
@@ -117,6 +120,19 @@ class Tier:
         for h in chunk_hashes:
             if h in self._chunks:
                 self._chunks.move_to_end(h)
+        if self.on_touch is not None and chunk_hashes:
+            self.on_touch(list(chunk_hashes))
+
+    def mirror(self, chunk_hashes: Sequence[int]) -> None:
+        """Chunks the shared store holds (stored by any engine) become visible here."""
+        for h in chunk_hashes:
+            self._chunks[h] = None
+
+    def forget(self, chunk_hashes: Sequence[int]) -> None:
+        """Chunks the shared store evicted."""
+        for h in chunk_hashes:
+            if self._chunks.pop(h, 0) is None:
+                self.evictions += 1
 
     # -- transfers --------------------------------------------------------------------------------
     def transfer_latency_s(self, chunks: int) -> float:
@@ -142,6 +158,7 @@ class Tier:
 
     def commit(self, chunk_hashes: Sequence[int]) -> None:
         """A store landed: its chunks become visible, the least recently used make room."""
+        new: list[int] = []
         for h in chunk_hashes:
             self._pending.discard(h)
             if h in self._chunks:
@@ -151,11 +168,18 @@ class Tier:
                 self.evictions += 1
             self._chunks[h] = None
             self.stored_tokens += self.chunk_tokens
+            new.append(h)
+        if self.on_commit is not None and new:
+            self.on_commit(new)
 
     def clear(self) -> None:
         self._chunks.clear()
         self._pending.clear()
         self.link.flows.clear()
+
+    @property
+    def chunks(self) -> int:
+        return len(self._chunks)
 
     @property
     def usage(self) -> float:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -18,8 +20,10 @@ from kvbench_node_agent.launchers.base import (
     read_block_size,
     wait_healthy,
 )
+from kvbench_sim.profiles import load_profile
 from kvbench_sim.router import POLICIES
 from kvbench_sim.stacks import SIM_STACKS, layout_for
+from kvbench_sim.tiers import Tier
 
 __all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv", "sim_router_argv"]
 
@@ -39,6 +43,29 @@ def _layout(command: StartStack) -> dict[str, Any]:
         },
         "cluster": command.sim or {},
     }
+
+
+# engines that share a store hash prompt words alike (Python's string hash is salted per process otherwise)
+SIM_ENV = {**os.environ, "PYTHONHASHSEED": "0"}
+
+
+def store_port(command: StartStack) -> int:
+    """The shared store's port, the same on every machine of the pool (each agent works it out on its own)."""
+    key = f"{command.run_id}/{command.workload}/{command.stack}/" + ",".join(str(p.get("name")) for p in command.pool)
+    return 20000 + int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % 10000
+
+
+def sim_store_argv(port: int, capacity_chunks: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "kvbench_sim",
+        "store",
+        "--port",
+        str(port),
+        "--capacity-chunks",
+        str(capacity_chunks),
+    ]
 
 
 def sim_engine_argv(command: StartStack, port: int, pd_role: str | None = None) -> list[str]:
@@ -89,9 +116,35 @@ class SimLauncher:
         argv = sim_engine_argv(command, port)
         deployment = Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
                                 endpoints=[], processes=[])  # fmt: skip
+        store_url = await self._shared_store(deployment, command)
+        if store_url:
+            argv += ["--shared-store", store_url]
         await self._engine(deployment, command, argv, port, "engine0", "both")
         deployment.facts["engine_argv"] = " ".join(argv[1:])
         return deployment
+
+    async def _shared_store(self, deployment: Deployment, command: StartStack) -> str | None:
+        """Stacks with a shared tier: the pool's first machine starts the store process; every engine of the pool
+        connects to it (and waits for it, when its machine came up first)."""
+        layout = layout_for(_layout(command)["workload"], command.sim or {})
+        shared = [t for t in layout.engine.tiers if t.store_id]
+        if not shared:
+            return None
+        port = store_port(command)
+        if command.pool and command.pool[0].get("name") != self._node_id:
+            return f"ws://127.0.0.1:{port}/ws"
+        profile = load_profile(str((command.sim or {}).get("gpu", "L40S")), command.model, layout.engine)
+        tier = Tier(shared[0], profile.block_size, profile.model.kv_bytes_per_token, profile.state_bytes_per_block)
+        log_path = self._state_dir / "logs" / f"{command.deployment_id}-store.log"
+        process = ManagedProcess("sim-store", spawn(sim_store_argv(port, tier.capacity_chunks), log_path), log_path)
+        deployment.processes.append(process)
+        try:
+            await wait_healthy(f"http://127.0.0.1:{port}/health", process, self._health_timeout_s)
+        except LaunchError as exc:
+            deployment.stop()
+            raise LaunchError(f"the shared store could not listen on port {port}: {exc}") from None
+        deployment.facts["shared_store"] = f"{shared[0].store_id}, {tier.capacity_chunks} chunks, port {port}"
+        return f"ws://127.0.0.1:{port}/ws"
 
     async def _start_split(self, command: StartStack) -> Deployment:
         """P/D: the pool's first machine runs every prefill and decode engine of the simulated cluster and the
@@ -142,7 +195,7 @@ class SimLauncher:
     async def _engine(self, deployment: Deployment, command: StartStack, argv: list[str], port: int, name: str,
                       role: Literal["both", "prefill", "decode"]) -> None:  # fmt: skip
         log_path = self._state_dir / "logs" / f"{command.deployment_id}-{name}.log"
-        process = ManagedProcess(f"sim-{name}", spawn(argv, log_path), log_path)
+        process = ManagedProcess(f"sim-{name}", spawn(argv, log_path, SIM_ENV), log_path)
         deployment.processes.append(process)
         try:
             await wait_healthy(f"http://127.0.0.1:{port}/health", process, self._health_timeout_s)

@@ -1,0 +1,63 @@
+"""The shared store of served simulated engines: its index and what it tells connected engines."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from kvbench_sim.profiles import TierConfig
+from kvbench_sim.store import SharedIndex, StoreClient, build_store
+from kvbench_sim.tiers import Tier
+
+
+def test_the_index_evicts_least_recently_used_and_reports_the_net_change() -> None:
+    index = SharedIndex(3)
+    assert index.add([1, 2, 3]) == ([1, 2, 3], [])
+    index.touch([1])  # 2 is now the oldest
+    assert index.add([4]) == ([4], [2])
+    assert index.add([5, 6, 7, 8]) == ([6, 7, 8], [3, 1, 4])  # 5 came and went in the same call: neither
+    assert list(index.chunks) == [6, 7, 8]
+    with pytest.raises(ValueError, match="capacity_chunks"):
+        SharedIndex(0)
+
+
+def _tier() -> Tier:
+    return Tier(TierConfig(name="shared", capacity_gb=1, bw_gbps=10, lat_ms=1, store_id="s"), 256, 1000.0, 0.0)
+
+
+async def _until(condition: object, timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition() and loop.time() < deadline:  # type: ignore[operator]
+        await asyncio.sleep(0.02)
+
+
+async def test_what_one_engine_stores_reaches_the_others_and_evictions_too() -> None:
+    server = TestServer(build_store(SharedIndex(4)))
+    await server.start_server()
+    url = str(server.make_url("/ws"))
+    a, b = _tier(), _tier()
+    clients = [StoreClient(url, a), StoreClient(url, b)]
+    for client in clients:
+        client.start()
+    try:
+        await asyncio.gather(*(c.connected.wait() for c in clients))
+        a.commit([11, 12, 13])  # engine A's stores landed
+        await _until(lambda: b.longest_prefix([11, 12, 13]) == 3)
+        assert b.longest_prefix([11, 12, 13]) == 3
+        b.commit([14, 15])  # B stores two more: the store holds 4, so the oldest (11) goes everywhere
+        await _until(lambda: a.longest_prefix([11]) == 0 and a.longest_prefix([14, 15]) == 2)
+        assert a.longest_prefix([11, 12]) == 0
+        assert a.longest_prefix([14, 15]) == 2
+        assert b.longest_prefix([12, 13]) == 2
+        late = _tier()  # an engine that connects later gets the whole index
+        clients.append(StoreClient(url, late))
+        clients[-1].start()
+        await _until(lambda: late.chunks == 4)
+        assert late.chunks == 4
+    finally:
+        for client in clients:
+            await client.stop()
+        await server.close()
