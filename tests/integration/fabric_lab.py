@@ -10,16 +10,19 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["FabricLab", "lab_available"]
+__all__ = ["GNMI_PASSWORD", "GNMI_USER", "FabricLab", "lab_available"]
 
 V3_USER, V3_AUTH, V3_PRIV = "kvro", "authpass-lab", "privpass-lab"
 PASS_PERSIST = Path(__file__).with_name("pass_persist_counters.py")
+GNMI_TARGET = Path(__file__).with_name("gnmi_target.py")
+GNMI_USER, GNMI_PASSWORD = "kvro", "gnmi-lab-password"
 
 
 def lab_available() -> str | None:
@@ -49,6 +52,7 @@ class FabricLab:
         self.agent_ip, self.root_ip = f"10.199.{octet}.1", f"10.199.{octet}.2"
         self.sw_ip, self.h1_ip = f"10.198.{octet}.1", f"10.198.{octet}.2"
         self.agent_port = 1161
+        self.gnmi_port = 9339
 
     # -- topology -----------------------------------------------------------------------------
     def up(self) -> FabricLab:
@@ -69,6 +73,7 @@ class FabricLab:
         _run(ip, "addr", "add", f"{self.root_ip}/30", "dev", self.mgmt_root)
         self.start_snmpd()
         self._start_lldpd()
+        self.start_gnmi()
         return self
 
     def start_snmpd(self) -> None:
@@ -112,6 +117,31 @@ class FabricLab:
         tmp = self.workdir / "counters.json.tmp"
         tmp.write_text(json.dumps(values))
         tmp.replace(self.workdir / "counters.json")
+
+    def start_gnmi(self) -> None:
+        """The switch's gNMI target (gnmi_target.py) on the management address, serving its namespace's counters."""
+        self.set_gnmi_counters({})
+        target = [sys.executable, str(GNMI_TARGET), "--address", self.agent_ip, "--port", str(self.gnmi_port)]
+        target += ["--user", GNMI_USER, "--password", GNMI_PASSWORD, "--lldp-socket", self.sw_lldp]
+        target += ["--extra", str(self.workdir / "gnmi-extra.json")]
+        self.gnmi = self._spawn(["ip", "netns", "exec", self.sw, *target])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((self.agent_ip, self.gnmi_port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("the gNMI target did not listen within 15 s")
+
+    def stop_gnmi(self) -> None:
+        self._stop(self.gnmi)
+
+    def set_gnmi_counters(self, values: dict[str, int]) -> None:
+        """Counters the gNMI target adds to the kernel's: {"gnmi:<port>:<leaf>": value}."""
+        tmp = self.workdir / "gnmi-extra.json.tmp"
+        tmp.write_text(json.dumps(values))
+        tmp.replace(self.workdir / "gnmi-extra.json")
 
     def if_index(self, netdev: str) -> int:
         return int(_run("ip", "-n", self.sw, "-o", "link", "show", netdev).split(":", 1)[0])

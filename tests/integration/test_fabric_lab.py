@@ -18,10 +18,12 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
 from kvbench_node_agent.fabric import parse_lldpctl_json0
 from kvbench_reporter.agreement import HostSide, SwitchSide, agreement_checks
+from kvbench_switch_poller.gnmi import GnmiError, poll_gnmi
 from kvbench_switch_poller.poller import Poller
+from kvbench_switch_poller.reading import SwitchPoll
 from kvbench_switch_poller.snmp import SnmpError, SnmpPoll, poll_snmp
 
-from .fabric_lab import V3_AUTH, V3_PRIV, V3_USER, FabricLab, lab_available
+from .fabric_lab import GNMI_PASSWORD, GNMI_USER, V3_AUTH, V3_PRIV, V3_USER, FabricLab, lab_available
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(lab_available() is not None, reason=str(lab_available()))]
 
@@ -46,7 +48,7 @@ def _config(lab: FabricLab, version: str = "3") -> SwitchConfig:
 V3_SECRET = f"{V3_USER}:{V3_AUTH}:{V3_PRIV}"
 
 
-def _port(poll: SnmpPoll, counter: str, port: str = "swp1") -> int:
+def _port(poll: SwitchPoll, counter: str, port: str = "swp1") -> int:
     values = [s.value for s in poll.samples if s.port == port and s.counter == counter]
     assert values, f"no {counter} for {port}"
     return values[0]
@@ -178,6 +180,73 @@ async def test_pause_and_per_priority_pfc_come_through_a_real_agent(lab: FabricL
     assert pfc == {("pfc.requests", 3): 1234, ("pfc.indications", 3): 56}
     sources = {s.source for s in poll.samples if s.counter == "pfc.requests"}
     assert sources == {f"snmp:1.3.6.1.4.1.9.9.813.1.2.1.2.{index}.3"}
+
+
+def _gnmi_config(lab: FabricLab) -> SwitchConfig:
+    return SwitchConfig(
+        name="leaf1", address=lab.agent_ip, port=lab.gnmi_port, protocol="gnmi", gnmi_tls="plaintext", secret="leaf1"
+    )
+
+
+GNMI_SECRET = f"{GNMI_USER}:{GNMI_PASSWORD}"
+
+
+async def test_gnmi_reads_the_ports_state_counters_and_lldp_like_snmp(lab: FabricLab) -> None:
+    """The gNMI driver over real gRPC: the port's state, counters that agree with the kernel's and with SNMP's
+    names, pause frames, the LLDP neighbour the switch sees, and the boot time as the counters' epoch."""
+    lab.set_gnmi_counters({"gnmi:swp1:in-mac-pause-frames": 21, "gnmi:swp1:out-mac-pause-frames": 3})
+    poll = await poll_gnmi(_gnmi_config(lab), GNMI_SECRET)
+    assert _port(poll, "if.speed") == 10_000
+    assert _port(poll, "if.mtu") == 9000
+    assert _port(poll, "if.oper_status") == 1
+    assert _port(poll, "pause.in_frames") == 21
+    assert _port(poll, "pause.out_frames") == 3
+    octets = next(s for s in poll.samples if s.port == "swp1" and s.counter == "if.in_octets")
+    assert octets.source == "gnmi:/interfaces/interface[name=swp1]/state/counters/in-octets"
+    assert octets.ts_device_ns is not None
+    assert octets.epoch.startswith("leaf1:")
+    before_host = lab.host_counter("tx_bytes")
+    before_switch = octets.value
+    lab.burst(1000, 4000)
+    host_delta = lab.host_counter("tx_bytes") - before_host
+    switch_delta = _port(await poll_gnmi(_gnmi_config(lab), GNMI_SECRET), "if.in_octets") - before_switch
+    assert host_delta >= 1000 * 4000
+    assert abs(switch_delta - host_delta) <= max(0.001 * host_delta, 8192)  # live counters: no agent cache lag
+    deadline = time.monotonic() + 20
+    while not (neighbors := (await poll_gnmi(_gnmi_config(lab), GNMI_SECRET)).lldp_remote):
+        assert time.monotonic() < deadline, "the switch's lldpd saw no neighbour"
+        time.sleep(1)
+    assert [(n.local_port, n.system_name, n.port_descr) for n in neighbors] == [("swp1", "gpu-node-1", "eth1")]
+    with pytest.raises(GnmiError, match="leaf1") as refused:
+        await poll_gnmi(_gnmi_config(lab), f"{GNMI_USER}:wrong-password")
+    assert "wrong-password" not in str(refused.value)
+
+
+async def test_the_poller_reads_each_switch_with_its_protocols_driver(lab: FabricLab) -> None:
+    published: list[Envelope] = []
+
+    async def publish(event: Envelope) -> None:
+        published.append(event)
+
+    gnmi = _gnmi_config(lab).model_copy(update={"name": "leaf1-gnmi", "secret": "gnmi-creds"})
+    snmp = _config(lab).model_copy(update={"secret": "snmp-creds"})
+    switches = {c.name: c.model_dump_json().encode() for c in (gnmi, snmp)}
+    stored = {"gnmi-creds": GNMI_SECRET.encode(), "snmp-creds": V3_SECRET.encode()}
+    poller = Poller(lambda: switches, lambda: stored, publish)
+    await poller.poll_once()
+    sampled = {e.switch: e for e in published if isinstance(e, SwitchSampled)}
+    assert sorted(sampled) == ["leaf1", "leaf1-gnmi"]
+    assert {s.source.split(":")[0] for s in sampled["leaf1-gnmi"].samples} == {"gnmi"}
+    assert {s.source.split(":")[0] for s in sampled["leaf1"].samples} == {"snmp"}
+    lab.stop_gnmi()
+    try:
+        published.clear()
+        await poller.poll_once()
+        unread = [e for e in published if isinstance(e, SwitchUnread)]
+        assert [e.switch for e in unread] == ["leaf1-gnmi"]
+        assert GNMI_PASSWORD not in unread[0].model_dump_json()
+    finally:
+        lab.start_gnmi()
 
 
 # last: it restarts the agent, and lldpd's AgentX link takes a while to come back

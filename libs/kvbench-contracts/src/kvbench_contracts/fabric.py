@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvbench_contracts.envelope import Envelope
 
@@ -32,8 +32,11 @@ class SwitchSpec(_Frozen):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="Switch name (usually its sysName)")
     address: str = Field(min_length=1, description="Poll endpoint: host or IP")
-    port: int = Field(161, ge=1, le=65535, description="SNMP UDP port (gNMI TCP port)")
-    protocol: Literal["snmp", "gnmi"] = Field("snmp", description="Driver (gNMI is not polled yet)")
+    port: int = Field(161, ge=1, le=65535, description="SNMP UDP port, or gNMI TCP port (default 9339 for gNMI)")
+    protocol: Literal["snmp", "gnmi"] = Field("snmp", description="Driver: SNMP, or gNMI (OpenConfig paths)")
+    gnmi_tls: Literal["tls", "tls_skip_verify", "plaintext"] = Field(
+        "tls", description="gNMI transport: TLS trusting the switch's certificate, TLS unverified, or plaintext"
+    )
     snmp_version: Literal["2c", "3"] = Field("3", description="SNMP version")
     auth_protocol: Literal["SHA", "SHA256", "MD5"] = Field("SHA", description="SNMPv3 authentication")
     priv_protocol: Literal["AES", "AES256", "DES"] = Field("AES", description="SNMPv3 privacy")
@@ -41,11 +44,20 @@ class SwitchSpec(_Frozen):
     ignore_ports: list[str] = Field(default_factory=list, description="Ports that carry no benchmark traffic")
     no_benchmark_traffic: bool = Field(False, description="Marked as carrying none: it never blocks publishing")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gnmi_port(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("protocol") == "gnmi" and "port" not in data:
+            return {**data, "port": 9339}  # the IANA-registered gNMI port
+        return data
+
 
 class SwitchConfig(SwitchSpec):
     """One connected switch. Credentials are not here: ``secret`` names the stored secret that holds them."""
 
-    secret: str = Field(description="Name of the stored secret: v2c community, or v3 'user:authkey:privkey'")
+    secret: str = Field(
+        description="Name of the stored secret: v2c community, v3 'user:authkey:privkey', or gNMI 'user:password'"
+    )
 
 
 class CounterSample(_Frozen):

@@ -13,14 +13,17 @@ from pydantic import ValidationError
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
-from kvbench_switch_poller.snmp import SnmpError, SnmpPoll, poll_snmp
+from kvbench_switch_poller.gnmi import poll_gnmi
+from kvbench_switch_poller.reading import SwitchPoll, SwitchReadError
+from kvbench_switch_poller.snmp import poll_snmp
 
 __all__ = ["Poller", "SwitchStatus"]
 
 log = logging.getLogger(__name__)
 
 Publish = Callable[[Envelope], Awaitable[object]]
-PollFn = Callable[[SwitchConfig, str], Awaitable[SnmpPoll]]
+PollFn = Callable[[SwitchConfig, str], Awaitable[SwitchPoll]]
+DRIVERS: dict[str, PollFn] = {"snmp": poll_snmp, "gnmi": poll_gnmi}
 
 
 @dataclass
@@ -37,8 +40,9 @@ class Poller:
         switches: Callable[[], dict[str, bytes]],
         secrets: Callable[[], dict[str, bytes]],
         publish: Publish,
-        poll: PollFn = poll_snmp,
+        poll: PollFn | None = None,
     ) -> None:
+        """``poll``: one reader for every switch (tests); by default each switch's protocol picks its driver."""
         self._switches, self._secrets, self._publish, self._poll = switches, secrets, publish, poll
         self.status: dict[str, SwitchStatus] = {}
 
@@ -52,7 +56,7 @@ class Poller:
         return out
 
     async def poll_once(self) -> None:
-        await asyncio.gather(*(self._poll_switch(config) for config in self.configs() if config.protocol == "snmp"))
+        await asyncio.gather(*(self._poll_switch(config) for config in self.configs()))
 
     async def _poll_switch(self, config: SwitchConfig) -> None:
         status = self.status.setdefault(config.name, SwitchStatus())
@@ -61,9 +65,10 @@ class Poller:
         if secret is None:
             await self._unread(config, status, f"switch {config.name}: its secret {config.secret!r} is not stored")
             return
+        read = self._poll or DRIVERS[config.protocol]
         try:
-            result = await self._poll(config, secret.decode())
-        except SnmpError as exc:
+            result = await read(config, secret.decode())
+        except SwitchReadError as exc:
             await self._unread(config, status, str(exc))
             return
         status.ok, status.error, status.last_ok_ns = True, None, time.time_ns()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pysnmp.hlapi.v3arch.asyncio import (
@@ -29,6 +28,7 @@ from pysnmp.hlapi.v3arch.asyncio import (
 )
 
 from kvbench_contracts.fabric import CounterSample, LldpNeighbor, SwitchConfig
+from kvbench_switch_poller.reading import SwitchPoll, SwitchReadError
 
 __all__ = ["IF_COLUMNS", "SnmpError", "SnmpPoll", "poll_snmp"]
 
@@ -63,17 +63,11 @@ _CHASSIS_SUBTYPES = {4: "mac", 5: "ip", 7: "local", 6: "ifname"}
 _PORT_SUBTYPES = {3: "mac", 5: "ifname", 7: "local", 1: "ifalias", 4: "ip"}
 
 
-class SnmpError(RuntimeError):
-    """The switch could not be read; the message says why (never the credentials)."""
+class SnmpError(SwitchReadError):
+    """An SNMP read failed (timeout, authentication, agent error)."""
 
 
-@dataclass
-class SnmpPoll:
-    switch: str
-    sys_name: str
-    uptime_ticks: int
-    samples: list[CounterSample] = field(default_factory=list)
-    lldp_remote: list[LldpNeighbor] = field(default_factory=list)
+SnmpPoll = SwitchPoll
 
 
 def _auth(config: SwitchConfig, secret: str) -> CommunityData | UsmUserData:
