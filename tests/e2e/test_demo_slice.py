@@ -102,6 +102,9 @@ def test_demo_slice_end_to_end(
         assert leaf["read"]
         assert sorted(p["port"] for p in leaf["ports"]) == ["swp1", "swp2"]
         assert sorted(c["node"] for c in leaf["cabled"]) == ["sim-0", "sim-1"]
+        job_ids = {j["job_id"] for w in report["workloads"] for j in w["jobs"] if j["status"] == "succeeded"}
+        assert {j["job_id"] for j in leaf["jobs"]} == job_ids  # every measured job has its own port window
+        assert all("window" in j for j in leaf["jobs"]), leaf["jobs"]
         assert gpu["limits"]["break_even_gbps"] > 0
 
         async def rows_per_workload() -> tuple[dict[str, int], dict[str, int], list[tuple[int, int]]]:

@@ -272,5 +272,20 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         section = await fabric_section(store, "RF", t0, later, configs={"leaf1": quiet})
         assert section["publish_gate"]["publishable"]
         assert section["switches"][0]["ignored"]
+        # per job: the cabled ports' deltas between the reads bracketing each job's measured window, with the guard
+        await store.insert_switch_reads([read(t0 + timedelta(seconds=30), 500_001_000)])
+        jobs = [
+            {"job_id": "a", "workload": "w", "start": t0, "end": t0 + timedelta(seconds=20), "kv_bytes": 400e6},
+            {"job_id": "b", "workload": "w", "start": t0 + timedelta(seconds=40), "end": t1, "kv_bytes": None},
+            {"job_id": "c", "workload": "w", "start": t1, "end": t1 + timedelta(seconds=300), "kv_bytes": None},
+        ]
+        section = await fabric_section(store, "RF", t0, t1, jobs=jobs)
+        first, second, unbracketed = section["switches"][0]["jobs"]
+        assert first["ports"][0]["if.in_octets_delta"] == 500_000_000  # reads at -10 s and +30 s
+        assert first["port_bytes"] == 500_000_000
+        assert first["ports_over_engines"] == pytest.approx(1.25)
+        assert second["ports"][0]["if.in_octets_delta"] == 251_000_000  # reads at +30 s and +70 s
+        assert "ports_over_engines" not in second  # its engines reported no KV bytes
+        assert unbracketed["note"] == "no good reads bracket the job's measured window"
     finally:
         await store.close()

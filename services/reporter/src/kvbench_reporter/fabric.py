@@ -38,8 +38,11 @@ async def fabric_section(
     guard_s: float = 5.0,
     reach_s: float = 60.0,
     configs: dict[str, SwitchConfig] | None = None,
+    jobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """``reach_s``: how far outside the guarded window a bracketing read may lie (a poll interval or two)."""
+    """``reach_s``: how far outside the guarded window a bracketing read may lie (a poll interval or two).
+    ``jobs``: each job's measured window (``job_id``, ``workload``, ``start``, ``end``) and the KV bytes its engines
+    said they moved (``kv_bytes``), for the per-job port deltas."""
     nodes = [
         r["node_id"]
         for r in await store.pool.fetch(
@@ -60,7 +63,10 @@ async def fabric_section(
     out: dict[str, Any] = {
         "definition": "switches the run's machines are cabled to (LLDP); a switch is read when a good read lies at or "
         f"before the run's start + {guard_s:g} s (stacks take longer to stand up) and one at or after its end; port "
-        f"deltas span [start - {guard_s:g} s, end + {guard_s:g} s] where reads allow",
+        f"deltas span [start - {guard_s:g} s, end + {guard_s:g} s] where reads allow; per job (``jobs``), the "
+        "cabled ports' deltas between the reads bracketing its measured window with the same guard, and the KV bytes "
+        "its engines said they moved (transferred, loaded from and stored to remote tiers: each byte crosses a "
+        "sender's port and a receiver's, and ports carry other traffic too)",
         "switches": [],
         "publish_gate": {"publishable": True},
     }
@@ -110,6 +116,10 @@ async def fabric_section(
             remote = good_after[0]["lldp_remote"]
             remote = json.loads(remote) if isinstance(remote, str) else remote
             entry["agreement"] = await _agreement(store, switch, cables, inventories, entry["ports"], remote, t0, t1)
+            cabled_ports = {c["port"] for c in cables}
+            entry["jobs"] = [
+                await _job_window(store, switch, job, cabled_ports, guard_s, reach_s) for job in jobs or []
+            ]
         else:
             unread.append(entry)
         out["switches"].append(entry)
@@ -120,6 +130,42 @@ async def fabric_section(
             **SWITCH_UNREAD,
             "switches": [{"switch": u["switch"], "reason": u.get("reason")} for u in unread],
         }
+    return out
+
+
+async def _job_window(
+    store: Store, switch: str, job: dict[str, Any], cabled: set[str], guard_s: float, reach_s: float
+) -> dict[str, Any]:
+    """One job's port deltas: between the last good read at least a guard before its measured window and the first
+    at least a guard after it (the nearest reads on either side when the polls are sparser than that)."""
+    start, end = job["start"], job["end"]
+    reads = await store.pool.fetch(
+        "SELECT read_at FROM switch_reads WHERE switch = $1 AND ok AND read_at BETWEEN $2 AND $3 ORDER BY read_at",
+        switch,
+        start - timedelta(seconds=guard_s + reach_s),
+        end + timedelta(seconds=guard_s + reach_s),
+    )
+    at = [r["read_at"] for r in reads]
+    before = [t for t in at if t <= start - timedelta(seconds=guard_s)] or [t for t in at if t <= start]
+    after = [t for t in at if t >= end + timedelta(seconds=guard_s)] or [t for t in at if t >= end]
+    out: dict[str, Any] = {"job_id": job["job_id"], "workload": job["workload"]}
+    if not before or not after:
+        out["note"] = "no good reads bracket the job's measured window"
+        return out
+    t0, t1 = before[-1], after[0]
+    ports = [p for p in await _port_deltas(store, switch, t0, t1) if p["port"] in cabled]
+    out["window"] = {"from": t0.isoformat(), "to": t1.isoformat(), "measured_s": (end - start).total_seconds()}
+    out["ports"] = ports
+    carried = [
+        (p.get("if.in_octets_delta") or 0) + (p.get("if.out_octets_delta") or 0)
+        for p in ports
+        if p.get("if.in_octets_delta") is not None
+    ]
+    out["port_bytes"] = sum(carried) if carried else None
+    out["engine_kv_bytes"] = job.get("kv_bytes")
+    if out["port_bytes"] and job.get("kv_bytes"):
+        out["ports_over_engines"] = out["port_bytes"] / job["kv_bytes"]
+    out["bottleneck"] = _bottleneck([{"switch": switch, "ports": ports}])
     return out
 
 

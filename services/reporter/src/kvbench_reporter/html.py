@@ -147,6 +147,24 @@ def _port_row(p: dict[str, Any]) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
+def _job_fabric_row(job: dict[str, Any]) -> str:
+    if "ports" not in job:
+        return f"<tr><td>{escape(job['job_id'])}</td><td colspan=6>{escape(str(job.get('note', '')))}</td></tr>"
+    ports = job["ports"]
+    busiest = max((max(p.get("in_utilization") or 0, p.get("out_utilization") or 0) for p in ports), default=0.0)
+    pause = sum((p.get("pause.in_frames_delta") or 0) + (p.get("pause.out_frames_delta") or 0) for p in ports)
+    cells = [
+        escape(job["job_id"]),
+        escape(job["workload"]),
+        _fmt((job.get("port_bytes") or 0) / 1e9, 3),
+        _fmt((job.get("engine_kv_bytes") or 0) / 1e9, 3),
+        _fmt(100 * busiest, 3),
+        str(pause),
+        escape(str((job.get("bottleneck") or {}).get("verdict", ""))),
+    ]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
 def _fabric_html(fabric: dict[str, Any]) -> str:
     """The network underneath: switches, whether each was read around the run, and what its ports carried."""
     switches = fabric.get("switches") or []
@@ -169,6 +187,12 @@ def _fabric_html(fabric: dict[str, Any]) -> str:
             parts.append(
                 "<table><tr><th>port</th><th>in GB</th><th>out GB</th><th>in % of line</th><th>out % of line</th>"
                 f"<th>speed Mb/s</th><th>errors in/out</th></tr>{rows}</table>"
+            )
+        job_rows = "".join(_job_fabric_row(j) for j in switch.get("jobs", []))
+        if job_rows:
+            parts.append(
+                "<table><tr><th>job</th><th>workload</th><th>cabled ports GB (in + out)</th><th>engines' KV GB</th>"
+                f"<th>busiest port % of line</th><th>pause frames</th><th>verdict</th></tr>{job_rows}</table>"
             )
     parts.append(f"<p><small>{escape(str(fabric.get('definition', '')))}</small></p></section>")
     return "".join(parts)

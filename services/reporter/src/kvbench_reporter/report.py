@@ -310,6 +310,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     errors_by: dict[str, int] = defaultdict(int)
     window_by: dict[str, float] = defaultdict(float)
     engine_totals: dict[str, dict[str, float]] = {}
+    job_windows: list[dict[str, Any]] = []
     for job in await store.jobs(run_id):
         name = job["workload"]
         spec = specs.get(name, {})
@@ -341,6 +342,16 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 samples = await store.engine_samples(run_id, start - timedelta(seconds=10), end + timedelta(seconds=10))
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
+                kv_keys = ("kv_bytes_transferred", "kv_bytes_loaded_remote", "kv_bytes_stored_remote")
+                job_windows.append(
+                    {
+                        "job_id": job["job_id"],
+                        "workload": name,
+                        "start": start,
+                        "end": end,
+                        "kv_bytes": sum(deltas.get(k) or 0.0 for k in kv_keys) if deltas else None,
+                    }
+                )
                 if deltas:
                     total = engine_totals.setdefault(name, defaultdict(float))
                     for key in COUNTERS:
@@ -411,7 +422,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         for e in await store.events(run_id)
     ]
     fabric = await fabric_section(
-        store, run_id, run["started_at"], run["finished_at"], configs=settings.get("switches")
+        store, run_id, run["started_at"], run["finished_at"], configs=settings.get("switches"), jobs=job_windows
     )
     if not fabric["publish_gate"]["publishable"]:
         gate = fabric["publish_gate"]
