@@ -137,7 +137,7 @@ class FabricLab:
     def stop_gnmi(self) -> None:
         self._stop(self.gnmi)
 
-    def set_gnmi_counters(self, values: dict[str, int]) -> None:
+    def set_gnmi_counters(self, values: dict[str, int | str]) -> None:
         """Counters the gNMI target adds to the kernel's: {"gnmi:<port>:<leaf>": value}."""
         tmp = self.workdir / "gnmi-extra.json.tmp"
         tmp.write_text(json.dumps(values))

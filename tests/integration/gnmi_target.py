@@ -7,8 +7,8 @@ gNMI server would; the data are live.
 
 Interfaces come back one update per interface (``interfaces/interface[name=X]``); LLDP as one update holding the
 whole tree: the two shapes real targets use. 64-bit counters are JSON strings, as RFC 7951 (JSON_IETF) says.
-``--extra`` is a JSON file the test writes: ``{"gnmi:<port>:<leaf>": value}`` for counters a veth cannot make
-(pause frames).
+``--extra`` is a JSON file the test writes: ``{"gnmi:<port>:<leaf>": value}`` for what a veth cannot have
+(pause frames, an FEC mode).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def _interfaces(extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             "openconfig-if-ethernet:ethernet": {
                 "state": {
                     "port-speed": f"openconfig-if-ethernet:SPEED_{speed // 1000}GB",
+                    "fec-mode": f"openconfig-platform-types:{extra.get(f'gnmi:{name}:fec-mode', 'FEC_DISABLED')}",
                     "counters": {
                         leaf: str(extra.get(f"gnmi:{name}:{leaf}", 0))
                         for leaf in ("in-mac-pause-frames", "out-mac-pause-frames")

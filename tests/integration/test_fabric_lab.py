@@ -18,7 +18,7 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
 from kvbench_node_agent.fabric import parse_lldpctl_json0
 from kvbench_reporter.agreement import HostSide, SwitchSide, agreement_checks
-from kvbench_switch_poller.gnmi import GnmiError, poll_gnmi
+from kvbench_switch_poller.gnmi import FEC_CODES, GnmiError, poll_gnmi
 from kvbench_switch_poller.poller import Poller
 from kvbench_switch_poller.reading import SwitchPoll
 from kvbench_switch_poller.snmp import SnmpError, SnmpPoll, poll_snmp
@@ -156,7 +156,10 @@ async def test_nic_and_switch_port_agree_and_a_cross_wired_map_fails(lab: Fabric
         "bytes (host tx vs switch rx)": "PASS",
         "bytes (switch tx vs host rx)": "PASS",
         "errors": "PASS",
+        "fec": "WARN",  # a veth has no FEC ...
+        "pause_symmetry": "WARN",  # ... and counts no pause frames: said, not passed
     }, checks
+    assert nic["fec"] is None
     crossed = SwitchSide(switch="leaf1", port="swp2", oper_status=1, speed_mbps=10_000, mtu=9000, lldp_remote=[])
     assert agreement_checks(host, crossed)[0].verdict == "FAIL"
     smaller = HostSide(**{**host.__dict__, "mtu": 1500})
@@ -194,13 +197,16 @@ GNMI_SECRET = f"{GNMI_USER}:{GNMI_PASSWORD}"
 async def test_gnmi_reads_the_ports_state_counters_and_lldp_like_snmp(lab: FabricLab) -> None:
     """The gNMI driver over real gRPC: the port's state, counters that agree with the kernel's and with SNMP's
     names, pause frames, the LLDP neighbour the switch sees, and the boot time as the counters' epoch."""
-    lab.set_gnmi_counters({"gnmi:swp1:in-mac-pause-frames": 21, "gnmi:swp1:out-mac-pause-frames": 3})
+    lab.set_gnmi_counters(
+        {"gnmi:swp1:in-mac-pause-frames": 21, "gnmi:swp1:out-mac-pause-frames": 3, "gnmi:swp1:fec-mode": "FEC_RS528"}
+    )
     poll = await poll_gnmi(_gnmi_config(lab), GNMI_SECRET)
     assert _port(poll, "if.speed") == 10_000
     assert _port(poll, "if.mtu") == 9000
     assert _port(poll, "if.oper_status") == 1
     assert _port(poll, "pause.in_frames") == 21
     assert _port(poll, "pause.out_frames") == 3
+    assert _port(poll, "if.fec_mode") == FEC_CODES["rs"]
     octets = next(s for s in poll.samples if s.port == "swp1" and s.counter == "if.in_octets")
     assert octets.source == "gnmi:/interfaces/interface[name=swp1]/state/counters/in-octets"
     assert octets.ts_device_ns is not None

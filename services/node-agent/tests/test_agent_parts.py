@@ -148,3 +148,36 @@ async def test_a_process_that_dies_at_start_is_a_clear_failure(tmp_path: Path) -
     launcher = ProcessLauncher("process", "gpu-a", "127.0.0.1", tmp_path, health_timeout_s=30)
     with pytest.raises(LaunchError, match="gpu-a: engine-0 exited with code 3"):
         await launcher.start_specs("dep2", "R", "s", [spec])
+
+
+def test_ethtool_pause_pfc_ecn_and_fec_are_read_from_the_drivers_names() -> None:
+    from kvbench_node_agent.fabric import parse_ethtool_stats, parse_fec  # noqa: PLC0415
+
+    # `ethtool -S` of an mlx5 port (names from the kernel's mlx5 counters documentation), trimmed
+    text = """NIC statistics:
+     rx_packets: 1804
+     rx_bytes_phy: 123456789
+     tx_bytes_phy: 98765432
+     rx_pause_ctrl_phy: 7
+     tx_pause_ctrl_phy: 0
+     rx_prio3_pause: 5000
+     tx_prio3_pause: 40
+     rx_prio3_pause_duration: 123
+     rx_prio3_marked: 17
+     rx_discards_phy: 2
+"""
+    read = {(counter, tuple(q.items())): value for counter, _, value, q, _ in parse_ethtool_stats(text)}
+    assert read == {
+        ("if.in_octets_phy", ()): 123456789,
+        ("if.out_octets_phy", ()): 98765432,
+        ("pause.rx_frames", ()): 7,
+        ("pause.tx_frames", ()): 0,
+        ("pfc.rx_frames", (("priority", 3),)): 5000,
+        ("pfc.tx_frames", (("priority", 3),)): 40,
+        ("ecn.marked_packets", (("priority", 3),)): 17,
+        ("if.in_discards_phy", ()): 2,
+    }
+    fec = "FEC parameters for eth1:\nSupported/Configured FEC encodings: Auto RS\nActive FEC encoding: RS\n"
+    assert parse_fec(fec + "Statistics:\n  Corrected blocks: 10\n  Uncorrectable blocks: 3\n") == ("rs", 3)
+    assert parse_fec("Active FEC encoding: Off\n") == ("off", None)
+    assert parse_fec("") == (None, None)

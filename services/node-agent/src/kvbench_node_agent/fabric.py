@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -17,7 +18,17 @@ from typing import Any
 
 from kvbench_contracts.fabric import CounterSample, LldpNeighbor
 
-__all__ = ["lldp_neighbors", "nic_counter_samples", "parse_lldpctl_json0", "rdma_port_details", "read_text"]
+__all__ = [
+    "FEC_CLASSES",
+    "lldp_neighbors",
+    "nic_counter_samples",
+    "nic_fec",
+    "parse_ethtool_stats",
+    "parse_fec",
+    "parse_lldpctl_json0",
+    "rdma_port_details",
+    "read_text",
+]
 
 _NETDEV_STATS = {
     "rx_bytes": ("if.in_octets", "octets"),
@@ -95,12 +106,85 @@ def read_text(path: str) -> str:
         return ""
 
 
+# `ethtool -S` names (mlx5 documents these; other drivers name theirs differently and are read where they match)
+_ETHTOOL_GLOBAL = {
+    "rx_pause_ctrl_phy": ("pause.rx_frames", "frames"),  # the switch paused us
+    "tx_pause_ctrl_phy": ("pause.tx_frames", "frames"),  # we paused the switch
+    "rx_bytes_phy": ("if.in_octets_phy", "octets"),  # wire bytes with header and FCS: what the switch port counts
+    "tx_bytes_phy": ("if.out_octets_phy", "octets"),
+    "rx_discards_phy": ("if.in_discards_phy", "packets"),  # no NIC buffer: the adapter is congested
+    "rx_out_of_buffer": ("if.rx_out_of_buffer", "packets"),
+}
+_ETHTOOL_PRIORITY = re.compile(r"^(rx|tx)_prio(\d)_(pause|marked)$")
+_ETHTOOL_LINE = re.compile(r"^\s*([A-Za-z0-9_.\[\]-]+):\s+(\d+)\s*$")
+# RDMA hw_counters (mlx5): congestion signals of RoCE
+_HW_COUNTERS = {
+    "np_ecn_marked_roce_packets": ("ecn.marked_packets", "packets"),
+    "np_cnp_sent": ("cnp.sent", "packets"),
+    "rp_cnp_handled": ("cnp.handled", "packets"),
+    "out_of_buffer": ("rdma.out_of_buffer", "packets"),
+}
+FEC_CLASSES = {"off": "off", "none": "off", "baser": "baser", "fc": "baser", "rs": "rs", "llrs": "rs"}
+
+
+def parse_ethtool_stats(text: str) -> list[tuple[str, str, int, dict[str, int], str]]:
+    """``ethtool -S`` text -> (counter, unit, value, qualifier, ethtool name) for the pause, PFC, ECN and wire-byte
+    counters kvbench compares with the switch (Debian's ethtool 6.1 has no JSON for -S)."""
+    out: list[tuple[str, str, int, dict[str, int], str]] = []
+    for line in text.splitlines():
+        match = _ETHTOOL_LINE.match(line)
+        if not match:
+            continue
+        name, value = match.group(1), int(match.group(2))
+        if name in _ETHTOOL_GLOBAL:
+            counter, unit = _ETHTOOL_GLOBAL[name]
+            out.append((counter, unit, value, {}, name))
+            continue
+        prio = _ETHTOOL_PRIORITY.match(name)
+        if prio:
+            direction, priority, kind = prio.groups()
+            counter = f"pfc.{direction}_frames" if kind == "pause" else "ecn.marked_packets"
+            out.append((counter, "frames" if kind == "pause" else "packets", value, {"priority": int(priority)}, name))
+    return out
+
+
+def parse_fec(text: str) -> tuple[str | None, int | None]:
+    """``ethtool -I --show-fec`` text -> (active FEC class: off, baser or rs; uncorrectable blocks, when shown)."""
+    active = re.search(r"Active FEC encoding:\s*(\S+)", text)
+    mode = FEC_CLASSES.get(active.group(1).lower()) if active else None
+    blocks = re.search(r"Uncorrectable blocks:\s*(\d+)", text)
+    return mode, int(blocks.group(1)) if blocks else None
+
+
+def _ethtool(*args: str) -> str:
+    if shutil.which("ethtool") is None:
+        return ""
+    try:
+        done = subprocess.run(["ethtool", *args], capture_output=True, text=True, timeout=2, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def nic_fec(netdev: str) -> str | None:
+    """The NIC's active FEC class, when its driver reports one."""
+    return parse_fec(_ethtool("--show-fec", netdev))[0]
+
+
 def _boot_id() -> str:
     return read_text("/proc/sys/kernel/random/boot_id")
 
 
 def _sample(
-    host: str, port: str, counter: str, value: int, unit: str, t_request: int, source: str, epoch: str
+    host: str,
+    port: str,
+    counter: str,
+    value: int,
+    unit: str,
+    t_request: int,
+    source: str,
+    epoch: str,
+    qualifier: dict[str, int] | None = None,
 ) -> CounterSample:
     return CounterSample.model_validate(
         {
@@ -108,6 +192,7 @@ def _sample(
             "device_kind": "host",
             "port": port,
             "counter": counter,
+            "qualifier": qualifier or {},
             "value": value,
             "unit": unit,
             "ts_request_ns": t_request,
@@ -119,9 +204,14 @@ def _sample(
 
 
 def nic_counter_samples(
-    host: str, net_root: str = "/sys/class/net", ib_root: str = "/sys/class/infiniband", nics: list[str] | None = None
+    host: str,
+    net_root: str = "/sys/class/net",
+    ib_root: str = "/sys/class/infiniband",
+    nics: list[str] | None = None,
+    ethtool: bool = True,
 ) -> list[CounterSample]:
-    """One reading of every NIC's kernel counters and every RDMA port's counters."""
+    """One reading of every NIC's kernel counters (and its driver's pause, PFC, ECN and FEC counters through
+    ``ethtool``, where it has them) and every RDMA port's counters and congestion signals."""
     samples: list[CounterSample] = []
     epoch = _boot_id()
     names = nics if nics is not None else (sorted(os.listdir(net_root)) if os.path.isdir(net_root) else [])
@@ -134,6 +224,16 @@ def nic_counter_samples(
             raw = read_text(path)
             if raw.isdigit():
                 samples.append(_sample(host, name, counter, int(raw), unit, t_request, f"sysfs:{path}", epoch))
+        if ethtool:
+            for counter, unit, value, qualifier, stat in parse_ethtool_stats(_ethtool("-S", name)):
+                samples.append(
+                    _sample(host, name, counter, value, unit, t_request, f"ethtool:{stat}", epoch, qualifier)
+                )
+            _, uncorrectable = parse_fec(_ethtool("-I", "--show-fec", name))
+            if uncorrectable is not None:
+                source = "ethtool:--show-fec uncorrectable blocks"
+                samples.append(_sample(host, name, "fec.uncorrectable_blocks", uncorrectable, "packets", t_request,
+                                       source, epoch))  # fmt: skip
     for device in sorted(os.listdir(ib_root)) if os.path.isdir(ib_root) else []:
         ports = os.path.join(ib_root, device, "ports")
         for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
@@ -145,6 +245,13 @@ def nic_counter_samples(
                     source = f"sysfs:{path}" + (" (4-byte words, x4)" if factor == 4 else "")
                     value = int(raw) * factor
                     samples.append(_sample(host, f"{device}/{port}", counter, value, unit, t_request, source, epoch))
+            for name, (counter, unit) in _HW_COUNTERS.items():
+                path = os.path.join(ports, port, "hw_counters", name)
+                raw = read_text(path)
+                if raw.isdigit():
+                    samples.append(
+                        _sample(host, f"{device}/{port}", counter, int(raw), unit, t_request, f"sysfs:{path}", epoch)
+                    )
     return samples
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvbench_contracts.events import NodeInventory
 from kvbench_contracts.fabric import LldpNeighbor
-from kvbench_node_agent.fabric import lldp_neighbors, read_text
+from kvbench_node_agent.fabric import lldp_neighbors, nic_fec, read_text
 
 __all__ = ["collect_inventory"]
 
@@ -146,6 +146,7 @@ def nics(root: str = "/sys/class/net") -> list[dict[str, Any]]:
                 "mtu": int(read("mtu") or 0),
                 "speed_mbps": int(speed) if speed.lstrip("-").isdigit() and int(speed) > 0 else None,
                 "state": read("operstate"),
+                "fec": nic_fec(name),  # active FEC class (off, baser, rs) where the driver reports it
             }
         )
     return out

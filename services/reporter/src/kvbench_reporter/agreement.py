@@ -15,6 +15,8 @@ __all__ = ["Check", "HostSide", "SwitchSide", "agreement_checks"]
 Verdict = Literal["PASS", "WARN", "FAIL"]
 # L2 header allowances between a NOS's port MTU and the host's IP MTU (e.g. 9216 vs 9000 is common)
 MTU_OFFSETS = (0, 14, 18, 22, 216)
+# the switch-poller's FEC state codes -> the classes a host's ethtool reports
+FEC_NAMES = {0: "off", 1: "baser", 2: "rs"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class HostSide:
     lldp_switch: str | None = None  # the switch and port the host's LLDP names
     lldp_port: str | None = None
     deltas: dict[str, int] = field(default_factory=dict)  # if.in_octets, if.out_octets, if.in_pkts, ... over the window
+    fec: str | None = None  # active FEC class: off, baser, rs
 
 
 @dataclass
@@ -46,6 +49,7 @@ class SwitchSide:
     mtu: int | None = None
     lldp_remote: list[dict[str, Any]] = field(default_factory=list)  # the switch's LLDP-MIB entries on this port
     deltas: dict[str, int] = field(default_factory=dict)
+    fec: str | None = None
 
 
 def _cable(host: HostSide, switch: SwitchSide) -> Check:
@@ -109,6 +113,54 @@ def _bytes(host: HostSide, switch: SwitchSide, tolerance: float, floor_bytes: in
     return out
 
 
+def _fec(host: HostSide, switch: SwitchSide) -> Check:
+    """fabric.md section 7, check 5: both ends use the same FEC; uncorrectable blocks on the host are a warning."""
+    bad = host.deltas.get("fec.uncorrectable_blocks", 0)
+    if host.fec is None or switch.fec is None:
+        return Check("fec", "WARN", "a side does not report its FEC mode")
+    if host.fec != switch.fec:
+        return Check("fec", "FAIL", f"host {host.fec}, switch {switch.fec}: the link runs without error correction")
+    if bad > 0:
+        return Check("fec", "WARN", f"both {host.fec}, but {bad:,} uncorrectable blocks on {host.host} {host.nic}")
+    return Check("fec", "PASS", f"both {host.fec}")
+
+
+# (host counter, switch counter, what it means): frames one side sent are frames the other received
+_PAUSE_PAIRS = (
+    ("pause.rx_frames", "pause.out_frames", "switch paused the host"),
+    ("pause.tx_frames", "pause.in_frames", "host paused the switch"),
+    ("pfc.rx_frames", "pfc.requests", "switch paused the host"),
+    ("pfc.tx_frames", "pfc.indications", "host paused the switch"),
+)
+
+
+def _pause(host: HostSide, switch: SwitchSide, tolerance: float = 0.01) -> Check:
+    """Pause symmetry: the pause frames (802.3x, and PFC per priority) one end sent are the ones the other end
+    received over the same window, within 1% (or 2 frames: reads are not simultaneous)."""
+    compared: list[str] = []
+    mismatched: list[str] = []
+    one_sided: list[str] = []
+    for host_counter, switch_counter, meaning in _PAUSE_PAIRS:
+        keys = {k.removeprefix(host_counter) for k in host.deltas if k.startswith(host_counter)}
+        keys |= {k.removeprefix(switch_counter) for k in switch.deltas if k.startswith(switch_counter)}
+        for suffix in sorted(keys):
+            h, s = host.deltas.get(host_counter + suffix), switch.deltas.get(switch_counter + suffix)
+            label = f"{meaning}{' ' + suffix if suffix else ''}"
+            if h is None or s is None:
+                one_sided.append(label)
+                continue
+            compared.append(f"{label}: host {h:,}, switch {s:,}")
+            if abs(h - s) > max(2, tolerance * max(h, s)):
+                mismatched.append(f"{label}: host {h:,}, switch {s:,}")
+    if mismatched:
+        return Check("pause_symmetry", "FAIL", "; ".join(mismatched))
+    if compared:
+        return Check("pause_symmetry", "PASS", "; ".join(compared))
+    if one_sided:
+        return Check("pause_symmetry", "WARN", f"only one side counts pause frames ({', '.join(one_sided)})")
+    return Check("pause_symmetry", "WARN", "neither side reports pause frames")
+
+
 def _errors(host: HostSide, switch: SwitchSide) -> Check:
     grew = {
         k: v
@@ -125,13 +177,15 @@ def _errors(host: HostSide, switch: SwitchSide) -> Check:
 def agreement_checks(
     host: HostSide, switch: SwitchSide, tolerance: float = 0.001, floor_bytes: int = 8192
 ) -> list[Check]:
-    """Cable, link state, speed, MTU, bytes both ways and errors for one cable. ``floor_bytes``: the
-    background traffic (LLDP, ARP) two reads a moment apart may differ by."""
+    """Cable, link state, speed, MTU, FEC, bytes both ways, pause symmetry and errors for one cable.
+    ``floor_bytes``: the background traffic (LLDP, ARP) two reads a moment apart may differ by."""
     return [
         _cable(host, switch),
         _state(host, switch),
         _speed(host, switch),
         _mtu(host, switch),
+        _fec(host, switch),
         *_bytes(host, switch, tolerance, floor_bytes),
+        _pause(host, switch),
         _errors(host, switch),
     ]

@@ -15,12 +15,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kvbench_contracts.fabric import SwitchConfig
-from kvbench_reporter.agreement import HostSide, SwitchSide, agreement_checks
+from kvbench_reporter.agreement import FEC_NAMES, HostSide, SwitchSide, agreement_checks
 from kvbench_reporter.store import Store
 
 __all__ = ["SWITCH_UNREAD", "fabric_section"]
 
-GAUGES = {"if.speed": "speed_mbps", "if.mtu": "mtu", "if.oper_status": "oper_status"}
+GAUGES = {"if.speed": "speed_mbps", "if.mtu": "mtu", "if.oper_status": "oper_status", "if.fec_mode": "fec_code"}
+
+
+def counter_key(counter: str, qualifier: object) -> str:
+    """A counter's name in deltas: per-priority ones carry their priority (``pfc.requests[p3]``)."""
+    if isinstance(qualifier, str):
+        qualifier = json.loads(qualifier) if qualifier else {}
+    priority = qualifier.get("priority") if isinstance(qualifier, dict) else None
+    return counter if priority is None else f"{counter}[p{priority}]"
+
 
 SWITCH_UNREAD = {
     "code": "switch_unread",
@@ -172,12 +181,12 @@ async def _job_window(
 async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) -> list[dict[str, Any]]:
     rows = await store.pool.fetch(
         """
-        SELECT port, counter, poll_ts, value, epoch FROM fabric_samples
+        SELECT port, counter, qualifier, poll_ts, value, epoch FROM fabric_samples
         WHERE device = $1 AND poll_ts BETWEEN $2 AND $3
           AND counter IN ('if.in_octets', 'if.out_octets', 'if.speed', 'if.mtu', 'if.oper_status', 'if.in_discards',
-                          'if.out_discards',
-                          'if.in_errors', 'if.out_errors', 'pause.in_frames', 'pause.out_frames')
-        ORDER BY port, counter, poll_ts
+                          'if.out_discards', 'if.in_errors', 'if.out_errors', 'if.fec_mode', 'pause.in_frames',
+                          'pause.out_frames', 'pfc.requests', 'pfc.indications')
+        ORDER BY port, counter, qualifier, poll_ts
         """,
         switch,
         t0 - timedelta(seconds=5),
@@ -185,7 +194,7 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
     )
     series: dict[tuple[str, str], list[Any]] = {}
     for r in rows:
-        series.setdefault((r["port"], r["counter"]), []).append(r)
+        series.setdefault((r["port"], counter_key(r["counter"], r["qualifier"])), []).append(r)
     ports: dict[str, dict[str, Any]] = {}
     seconds = max((t1 - t0).total_seconds(), 1e-9)
     for (port, counter), points in series.items():
@@ -224,7 +233,7 @@ async def _agreement(
         inventory = inventories.get(cable["node"], {})
         host_name = str(inventory.get("hostname", cable["node"]))
         rows = await store.pool.fetch(
-            "SELECT counter, poll_ts, value FROM fabric_samples WHERE device = $1 AND port = $2 "
+            "SELECT counter, qualifier, poll_ts, value FROM fabric_samples WHERE device = $1 AND port = $2 "
             "AND poll_ts BETWEEN $3 AND $4 ORDER BY poll_ts",
             host_name,
             cable["nic"],
@@ -237,19 +246,21 @@ async def _agreement(
         first: dict[str, int] = {}
         last: dict[str, int] = {}
         for r in rows:
-            first.setdefault(r["counter"], int(r["value"]))
-            last[r["counter"]] = int(r["value"])
+            key = counter_key(r["counter"], r["qualifier"])
+            first.setdefault(key, int(r["value"]))
+            last[key] = int(r["value"])
         nic: dict[str, Any] = next((n for n in inventory.get("nics", []) if n.get("name") == cable["nic"]), {})
         port = by_port.get(cable["port"], {})
         host = HostSide(
             host=host_name, nic=cable["nic"], mac=str(nic.get("mac", "")), state=str(nic.get("state", "")),
             speed_mbps=nic.get("speed_mbps"), mtu=nic.get("mtu"), lldp_switch=switch, lldp_port=cable["port"],
-            deltas={k: last[k] - first[k] for k in last},
+            deltas={k: last[k] - first[k] for k in last}, fec=nic.get("fec"),
         )  # fmt: skip
         side = SwitchSide(
             switch=switch, port=cable["port"], oper_status=port.get("oper_status"), speed_mbps=port.get("speed_mbps"),
             mtu=port.get("mtu"), lldp_remote=[r for r in remote if r.get("local_port") == cable["port"]],
             deltas={k[: -len("_delta")]: v for k, v in port.items() if k.endswith("_delta") and v is not None},
+            fec=FEC_NAMES.get(port["fec_code"]) if port.get("fec_code") is not None else None,
         )  # fmt: skip
         checks = agreement_checks(host, side)
         out.append({**cable, "checks": [c.__dict__ for c in checks]})

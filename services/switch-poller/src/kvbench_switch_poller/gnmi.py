@@ -19,7 +19,7 @@ from pygnmi.client import gNMIclient
 from kvbench_contracts.fabric import CounterSample, LldpNeighbor, SwitchConfig
 from kvbench_switch_poller.reading import SwitchPoll, SwitchReadError
 
-__all__ = ["GnmiError", "fold_updates", "poll_gnmi", "samples_from_interfaces"]
+__all__ = ["FEC_CODES", "GnmiError", "fold_updates", "poll_gnmi", "samples_from_interfaces"]
 
 # OpenConfig interface state leaf -> (canonical counter, unit, kind), as the SNMP driver names them
 STATE_COUNTERS: dict[str, tuple[str, str, str]] = {
@@ -37,6 +37,10 @@ ETHERNET_COUNTERS: dict[str, tuple[str, str, str]] = {
     "in-mac-pause-frames": ("pause.in_frames", "frames", "counter"),
     "out-mac-pause-frames": ("pause.out_frames", "frames", "counter"),
 }
+# OpenConfig FEC modes -> the classes a host's ethtool reports (off, BASE-R, Reed-Solomon), as state codes
+FEC_CODES = {"off": 0, "baser": 1, "rs": 2}
+_FEC = {"FEC_DISABLED": "off", "FEC_FC": "baser", "FEC_RS528": "rs", "FEC_RS544": "rs",
+        "FEC_RS544_2X_INTERLEAVE": "rs", "FEC_RS108": "rs"}  # fmt: skip
 _OPER = {"UP": 1, "DOWN": 2, "TESTING": 3, "UNKNOWN": 4, "DORMANT": 5, "NOT_PRESENT": 6, "LOWER_LAYER_DOWN": 7}
 _SPEED = re.compile(r"SPEED_(\d+)(MB|GB)")
 _KEY = re.compile(r"([^\[/]+)((?:\[[^\]]*\])*)")
@@ -162,6 +166,9 @@ def samples_from_interfaces(
         speed = _speed_mbps(ethernet.get("negotiated-port-speed")) or _speed_mbps(ethernet.get("port-speed"))
         if speed is not None:
             sample(port, "if.speed", speed, "mbps", "gauge", "ethernet/state/port-speed")
+        fec = _FEC.get(_plain(str(ethernet.get("fec-mode") or "")))
+        if fec is not None:
+            sample(port, "if.fec_mode", FEC_CODES[fec], "state", "state", "ethernet/state/fec-mode")
         for leaf, value in (ethernet.get("counters") or {}).items():
             if leaf in ETHERNET_COUNTERS and value is not None:
                 counter, unit, kind = ETHERNET_COUNTERS[leaf]
