@@ -125,3 +125,71 @@ async def test_every_panel_query_runs_and_matches_the_report(fresh_database: str
         assert [r["run_id"] for r in results["runs"]] == ["R"]
     finally:
         await store.close()
+
+
+@pytest.mark.integration
+async def test_network_panels_turn_switch_reads_into_rates(fresh_database: str) -> None:
+    """Three polls of a switch port during a run: the bits/s and pause-frames/s panels give the rate between
+    consecutive polls (none across a counter reset), and the reads table counts good and failed reads."""
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from kvbench_contracts.events import RunFinished, RunStarted  # noqa: PLC0415
+    from kvbench_contracts.fabric import CounterSample, SwitchSampled, SwitchUnread  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        t0 = datetime.now(UTC) - timedelta(minutes=5)
+        await ingestor.control(
+            [
+                RunSubmitted(run_id="RN", plan_name="p", plan={"workloads": []}, jobs=[], occurred_at=t0),
+                RunStarted(run_id="RN", occurred_at=t0),
+            ]
+        )
+
+        def read(at_s: float, octets: int, pfc: int, epoch: str = "boot1") -> SwitchSampled:
+            ns = int((t0 + timedelta(seconds=at_s)).timestamp() * 1e9)
+            common = {"device": "leaf1", "device_kind": "switch", "port": "swp1", "ts_request_ns": ns,
+                      "ts_response_ns": ns, "source": "snmp:test", "epoch": epoch}  # fmt: skip
+            samples = [
+                CounterSample.model_validate({**common, "counter": "if.in_octets", "value": octets, "unit": "octets"}),
+                CounterSample.model_validate(
+                    {**common, "counter": "pfc.requests", "qualifier": {"priority": 3}, "value": pfc, "unit": "frames"}
+                ),
+            ]
+            return SwitchSampled(switch="leaf1", samples=samples, occurred_at=t0 + timedelta(seconds=at_s))
+
+        await store.insert_switch_reads(
+            [
+                read(0, 1_000, 10),
+                read(10, 12_501_000, 60),  # 12.5 MB in 10 s = 10 Mb/s; 50 pause frames = 5/s
+                SwitchUnread(switch="leaf1", reason="timed out", occurred_at=t0 + timedelta(seconds=15)),
+                read(20, 37_501_000, 260),  # 25 MB in 10 s = 20 Mb/s; 200 frames = 20/s
+                read(30, 500, 0, epoch="boot2"),  # the switch rebooted: no rate across the reset
+            ]
+        )
+        await ingestor.control([RunFinished(run_id="RN", status="succeeded", occurred_at=t0 + timedelta(seconds=40))])
+        conn = await asyncpg.connect(fresh_database)
+        try:
+            bits = await conn.fetch(PANEL_SQL["switch_port_bits"].replace("$run_id", "RN"))
+            pause = await conn.fetch(PANEL_SQL["switch_pause_frames"].replace("$run_id", "RN"))
+            reads = await conn.fetch(PANEL_SQL["switch_reads"].replace("$run_id", "RN"))
+        finally:
+            await conn.close()
+        assert [(r["metric"], round(r["value"])) for r in bits] == [
+            ("leaf1 swp1 in", 10_000_000),
+            ("leaf1 swp1 in", 20_000_000),
+        ]
+        assert [(r["metric"], round(r["value"])) for r in pause] == [
+            ("leaf1 swp1 pfc.requests p3", 5),
+            ("leaf1 swp1 pfc.requests p3", 20),
+        ]
+        assert [(r["switch"], r["good_reads"], r["failed_reads"], r["last_failure"]) for r in reads] == [
+            ("leaf1", 4, 1, "timed out")
+        ]
+    finally:
+        await store.close()

@@ -32,6 +32,13 @@ _MEASURED = """WITH measured AS (
   WHERE run_id = '$run_id' AND status = 'succeeded' GROUP BY workload
 )"""
 
+# the run's span with a minute either side (switch polls bracket the run; a run still going ends now)
+_RUN_SPAN = """WITH span AS (
+  SELECT coalesce(started_at, submitted_at) - interval '1 minute' AS t0,
+    coalesce(finished_at, now()) + interval '1 minute' AS t1
+  FROM runs WHERE run_id = '$run_id'
+)"""
+
 PANEL_SQL: dict[str, str] = {
     "workloads_compared": _MEASURED
     + """
@@ -53,6 +60,39 @@ FROM measured m ORDER BY 1""",
 FROM engine_samples WHERE run_id = '$run_id' AND normalized ? 'kv_usage' ORDER BY 1""",
     "runs": """SELECT run_id, plan_name, status, submitted_at, finished_at FROM runs ORDER BY submitted_at DESC
 LIMIT 200""",
+    "switch_port_bits": _RUN_SPAN  # noqa: S608 (constant text; $run_id is Grafana's variable)
+    + """, steps AS (
+  SELECT s.poll_ts, s.device, s.port, s.counter, s.value, s.epoch,
+    lag(s.value) OVER w AS prev_value, lag(s.poll_ts) OVER w AS prev_ts
+  FROM fabric_samples s, span
+  WHERE s.counter IN ('if.in_octets', 'if.out_octets') AND s.poll_ts BETWEEN span.t0 AND span.t1
+    AND s.device IN (SELECT DISTINCT switch FROM switch_reads)
+  WINDOW w AS (PARTITION BY s.device, s.port, s.counter, s.epoch ORDER BY s.poll_ts)
+)
+SELECT poll_ts AS time,
+  device || ' ' || port || CASE counter WHEN 'if.in_octets' THEN ' in' ELSE ' out' END AS metric,
+  8 * (value - prev_value)::float8 / extract(epoch FROM poll_ts - prev_ts) AS value
+FROM steps WHERE prev_ts IS NOT NULL AND value >= prev_value AND poll_ts > prev_ts ORDER BY 1, 2""",
+    "switch_pause_frames": _RUN_SPAN  # noqa: S608 (constant text; $run_id is Grafana's variable)
+    + """, steps AS (
+  SELECT s.poll_ts, s.device, s.port, s.counter, s.qualifier, s.value,
+    lag(s.value) OVER w AS prev_value, lag(s.poll_ts) OVER w AS prev_ts
+  FROM fabric_samples s, span
+  WHERE s.counter IN ('pause.in_frames', 'pause.out_frames', 'pfc.requests', 'pfc.indications')
+    AND s.poll_ts BETWEEN span.t0 AND span.t1 AND s.device IN (SELECT DISTINCT switch FROM switch_reads)
+  WINDOW w AS (PARTITION BY s.device, s.port, s.counter, s.qualifier, s.epoch ORDER BY s.poll_ts)
+)
+SELECT poll_ts AS time,
+  device || ' ' || port || ' ' || counter
+    || CASE WHEN qualifier = '' THEN '' ELSE ' p' || (qualifier::jsonb->>'priority') END AS metric,
+  (value - prev_value)::float8 / extract(epoch FROM poll_ts - prev_ts) AS value
+FROM steps WHERE prev_ts IS NOT NULL AND value >= prev_value AND poll_ts > prev_ts ORDER BY 1, 2""",
+    "switch_reads": _RUN_SPAN
+    + """
+SELECT r.switch, count(*) FILTER (WHERE r.ok) AS good_reads, count(*) FILTER (WHERE NOT r.ok) AS failed_reads,
+  max(r.read_at) FILTER (WHERE r.ok) AS last_good_read,
+  (array_agg(r.reason ORDER BY r.read_at DESC) FILTER (WHERE NOT r.ok))[1] AS last_failure
+FROM switch_reads r, span WHERE r.read_at BETWEEN span.t0 AND span.t1 GROUP BY r.switch ORDER BY r.switch""",
 }
 
 
@@ -144,6 +184,33 @@ def _run_dashboard() -> Any:
                 .legend_format("records/s")
                 .ref_id("A")
             )
+        )
+        .with_row(Row("Network"))
+        .with_panel(
+            timeseries.Panel()
+            .title("Switch ports: bits per second between polls")
+            .datasource(PG)
+            .unit("bps")
+            .height(8)
+            .span(12)
+            .with_target(_SQL("switch_port_bits", "time_series"))
+        )
+        .with_panel(
+            timeseries.Panel()
+            .title("Pause and PFC frames per second (switch side)")
+            .datasource(PG)
+            .unit("ops")
+            .height(8)
+            .span(12)
+            .with_target(_SQL("switch_pause_frames", "time_series"))
+        )
+        .with_panel(
+            table.Panel()
+            .title("Switch reads around the run (the publish gate needs good ones before and after)")
+            .datasource(PG)
+            .height(5)
+            .span(24)
+            .with_target(_SQL("switch_reads"))
         )
         .build()
     )
