@@ -202,7 +202,13 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
         await ingestor.control([RunSubmitted(run_id="RF", plan_name="p", plan=plan, jobs=[])])
         cable = LldpNeighbor(local_port="eth1", chassis_id="aa:bb", system_name="leaf1", port_id="swp1")
-        inventory = NodeInventory(node_id="gpu-a", hostname="gpu-a", simulated=False, lldp=[cable.model_dump()])
+        inventory = NodeInventory(
+            node_id="gpu-a",
+            hostname="gpu-a",
+            simulated=False,
+            lldp=[cable.model_dump()],
+            rdma=[{"device": "mlx5_0", "state": "ACTIVE", "netdev": "eth1"}],
+        )
         registered = NodeRegistered(node_id="gpu-a", inventory=inventory)
         ready = StackReady(deployment_id="D1", run_id="RF", node_id="gpu-a", endpoints=[])  # the machine ran the pool
         await ingestor.control([registered, ready, RunStarted(run_id="RF")])
@@ -253,6 +259,30 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         verdicts = {c["check"]: c["verdict"] for c in cable["checks"]}
         assert verdicts["bytes (host tx vs switch rx)"] == "PASS"
         assert verdicts["cable"] == "WARN"  # the switch exported no LLDP-MIB entry in this test
+        assert cable["congestion"] == {}
+
+        def congestion(at: datetime, ecn: int, pfc: int) -> NicSampled:
+            ns = int(at.timestamp() * 1e9)
+            common = {"device": "gpu-a", "device_kind": "host", "ts_request_ns": ns, "ts_response_ns": ns,
+                      "source": "test"}  # fmt: skip
+            samples = [
+                CounterSample.model_validate(
+                    {**common, "port": "mlx5_0/1", "counter": "ecn.marked_packets", "value": ecn, "unit": "packets"}
+                ),
+                CounterSample.model_validate(
+                    {**common, "port": "eth1", "counter": "pfc.rx_frames", "qualifier": {"priority": 3},
+                     "value": pfc, "unit": "frames"}
+                ),
+            ]  # fmt: skip
+            return NicSampled(node_id="gpu-a", run_id="RF", samples=samples, occurred_at=at)
+
+        await store.insert_switch_reads(
+            [congestion(t0 - timedelta(seconds=9), 100, 7), congestion(t1 + timedelta(seconds=9), 1_600, 57)]
+        )
+        section = await fabric_section(store, "RF", t0, t1)
+        (cable,) = section["switches"][0]["agreement"]
+        # the RDMA port riding on eth1 saw 1,500 ECN-marked packets; eth1 received 50 PFC frames on priority 3
+        assert cable["congestion"] == {"ecn_marked_packets": 1_500, "pfc_frames_received": 50}
         assert section["bottleneck"]["verdict"] == "not network-limited"
         # a poll that failed in the middle is reported, not fatal: the bracketing reads still hold
         await store.insert_switch_reads(

@@ -11,7 +11,16 @@ def test_rdma_ports_and_nics_from_a_sysfs_tree(tmp_path: Path) -> None:
         port = ib / device / "ports" / "1"
         port.mkdir(parents=True)
         (port / "state").write_text(state + "\n")
-    assert rdma_ports(str(ib)) == [{"device": "mlx5_0", "state": "ACTIVE"}, {"device": "mlx5_1", "state": "DOWN"}]
+        (port / "phys_state").write_text("5: LinkUp\n")
+        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+        (port / "link_layer").write_text("Ethernet\n")
+    (ib / "mlx5_0" / "device" / "net" / "ens1").mkdir(parents=True)  # the netdev the RDMA port rides on
+    found_rdma = {p["device"]: p for p in rdma_ports(str(ib))}
+    assert {d: p["state"] for d, p in found_rdma.items()} == {"mlx5_0": "ACTIVE", "mlx5_1": "DOWN"}
+    assert found_rdma["mlx5_0"]["netdev"] == "ens1"
+    assert found_rdma["mlx5_1"]["netdev"] == ""
+    assert found_rdma["mlx5_0"]["rate"] == "400 Gb/sec (4X NDR)"
+    assert found_rdma["mlx5_0"]["phys_state"] == "LinkUp"
     net = tmp_path / "net"
     for name, speed in (("lo", "0"), ("ens1", "200000"), ("ens2", "-1")):
         nic = net / name

@@ -31,3 +31,49 @@ def test_report_page_is_self_contained_and_escapes_text(workload: Any) -> None:
 def test_bar_chart_scales_to_the_largest_value() -> None:
     svg = bar_chart("t", "ms", ["a", "b"], {"p50": [10.0, 20.0]}, width=300, height=200)
     assert svg.count("<rect") == 3  # two bars and one legend swatch
+
+
+def test_network_section_shows_ports_cables_and_jobs_escaped(workload: Any) -> None:
+    port = {"port": "swp1", "if.in_octets_delta": 2_000_000_000, "in_utilization": 0.5, "speed_mbps": 400_000}
+    fabric = {
+        "definition": "d",
+        "publish_gate": {"publishable": True},
+        "switches": [
+            {
+                "switch": "leaf1",
+                "read": True,
+                "cabled": [{"node": "<gpu-a>", "nic": "eth1", "port": "swp1"}],
+                "ports": [port],
+                "agreement": [
+                    {
+                        "node": "<gpu-a>",
+                        "nic": "eth1",
+                        "port": "swp1",
+                        "checks": [{"check": "pause_symmetry", "verdict": "FAIL", "detail": "host 5, switch 900"}],
+                        "congestion": {"ecn_marked_packets": 1500},
+                    }
+                ],
+                "jobs": [
+                    {
+                        "job_id": "j1",
+                        "workload": "off",
+                        "ports": [port],
+                        "port_bytes": 2_000_000_000,
+                        "engine_kv_bytes": 1_500_000_000,
+                        "bottleneck": {"verdict": "not network-limited"},
+                    },
+                    {"job_id": "j2", "workload": "gpu", "note": "no good reads bracket the job's measured window"},
+                ],
+            }
+        ],
+    }
+    report = {"run_id": "R1", "plan_name": "p", "status": "succeeded", "reasons": [], "submitted_at": "2026",
+              "generated_at": "2026", "definitions": {}, "workloads": [workload("off", 300.0, 0)], "events": [],
+              "fabric": fabric}  # fmt: skip
+    page = render_html(report)
+    assert "&lt;gpu-a&gt; eth1 &rarr; swp1" in page
+    assert "<gpu-a>" not in page
+    assert "pause_symmetry: <b>FAIL</b>" in page
+    assert "ecn_marked_packets 1,500" in page
+    assert "<td>j1</td><td>off</td><td>2.000</td><td>1.500</td>" in page
+    assert "no good reads bracket the job" in page

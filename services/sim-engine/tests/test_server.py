@@ -112,3 +112,50 @@ async def test_sglang_mode_scrapes_like_sglang_and_a_host_tier_shows_in_the_vllm
         assert counters["kv_bytes_loaded_host"] == 288 * 147_456
     finally:
         await client.close()
+
+
+async def test_a_hundred_concurrent_streams_each_get_every_token_in_order_and_done() -> None:
+    """Bursts of 64 tokens or more are written from two threads straight to the sockets: every stream still gets
+    its tokens whole, in order, then the usage and [DONE], and the lateness of every token is counted."""
+    import asyncio  # noqa: PLC0415
+
+    client = await make_client(speed=20.0)
+    try:
+
+        async def one(k: int) -> tuple[list[str], bool, int]:
+            body = {"prompt": f"user {k} asks something", "max_tokens": 12, "stream": True,
+                    "stream_options": {"include_usage": True}}  # fmt: skip
+            response = await client.post("/v1/completions", json=body)
+            texts, done, completion = [], False, 0
+            async for line in response.content:
+                if line.strip() == b"data: [DONE]":
+                    done = True
+                elif line.startswith(b"data: "):
+                    event = json.loads(line[6:])
+                    if event["choices"]:
+                        texts.append(event["choices"][0]["text"])
+                    else:
+                        completion = event["usage"]["completion_tokens"]
+            return texts, done, completion
+
+        results = await asyncio.gather(*(one(k) for k in range(100)))
+        metrics = await (await client.get("/metrics")).text()
+    finally:
+        await client.close()
+    for k, (texts, done, completion) in enumerate(results):
+        assert len(texts) == 12, (k, texts)
+        assert done
+        assert completion == 12
+        assert all(t.startswith(" w") for t in texts)
+    assert await one_more(k=7) == results[7][0]  # the same prompt gives the same words
+    count = next(line for line in metrics.splitlines() if line.startswith("kvbench_sim_token_lateness_seconds_count"))
+    assert float(count.split()[-1]) == 1200
+
+
+async def one_more(k: int) -> list[str]:
+    client = await make_client(speed=20.0)
+    try:
+        events = await stream(client, {"prompt": f"user {k} asks something", "max_tokens": 12})
+    finally:
+        await client.close()
+    return [e["choices"][0]["text"] for e in events if e["choices"]]

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvbench_contracts.events import NodeInventory
 from kvbench_contracts.fabric import LldpNeighbor
-from kvbench_node_agent.fabric import lldp_neighbors, nic_fec, read_text
+from kvbench_node_agent.fabric import lldp_neighbors, nic_fec, rdma_port_details, read_text
 
 __all__ = ["collect_inventory"]
 
@@ -52,19 +52,12 @@ def _nvidia_gpus() -> tuple[str | None, int, float]:
 
 
 def rdma_ports(root: str = "/sys/class/infiniband") -> list[dict[str, str]]:
-    """RDMA devices and their port state from sysfs (``4: ACTIVE`` -> ``ACTIVE``)."""
-    ports: list[dict[str, str]] = []
-    if not os.path.isdir(root):
-        return ports
-    for device in sorted(os.listdir(root)):
-        port_dir = os.path.join(root, device, "ports")
-        for port in sorted(os.listdir(port_dir)) if os.path.isdir(port_dir) else []:
-            try:
-                with open(os.path.join(port_dir, port, "state")) as fh:
-                    state = fh.read().strip().split(":")[-1].strip()
-            except OSError:
-                state = "UNKNOWN"
-            ports.append({"device": device if port == "1" else f"{device}/{port}", "state": state})
+    """RDMA ports from sysfs: state (``4: ACTIVE`` -> ``ACTIVE``), physical state, rate, link layer and the netdev
+    it rides on (what ties an RDMA card to its LLDP neighbour); port 1 is named by its device alone."""
+    ports = []
+    for port in rdma_port_details(root):
+        device, _, number = port["device"].partition("/")
+        ports.append({**port, "device": device if number == "1" else port["device"]})
     return ports
 
 

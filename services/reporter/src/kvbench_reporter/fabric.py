@@ -263,7 +263,60 @@ async def _agreement(
             fec=FEC_NAMES.get(port["fec_code"]) if port.get("fec_code") is not None else None,
         )  # fmt: skip
         checks = agreement_checks(host, side)
-        out.append({**cable, "checks": [c.__dict__ for c in checks]})
+        congestion = await _congestion(store, host_name, cable["nic"], inventory, host.deltas, t0, t1)
+        out.append({**cable, "checks": [c.__dict__ for c in checks], "congestion": congestion})
+    return out
+
+
+# host-side congestion signals: the NIC's (ethtool) and those of the RDMA ports riding on it (hw_counters)
+_CONGESTION = {
+    "pause.rx_frames": "pause_frames_received",
+    "pause.tx_frames": "pause_frames_sent",
+    "pfc.rx_frames": "pfc_frames_received",
+    "pfc.tx_frames": "pfc_frames_sent",
+    "ecn.marked_packets": "ecn_marked_packets",
+    "cnp.sent": "cnp_sent",
+    "cnp.handled": "cnp_handled",
+    "rdma.out_of_buffer": "rdma_out_of_buffer",
+    "ib.xmit_wait": "xmit_wait_ticks",
+}
+
+
+async def _congestion(
+    store: Store,
+    host: str,
+    netdev: str,
+    inventory: dict[str, Any],
+    nic_deltas: dict[str, int],
+    t0: datetime,
+    t1: datetime,
+) -> dict[str, int]:
+    """ECN marks, CNPs, pause/PFC frames (summed over priorities) and queueing the host counted over the window."""
+    deltas = dict(nic_deltas)
+    rdma = [p["device"] for p in inventory.get("rdma", []) if p.get("netdev") == netdev]
+    for device in rdma:
+        port = device if "/" in device else f"{device}/1"
+        rows = await store.pool.fetch(
+            "SELECT counter, qualifier, value FROM fabric_samples WHERE device = $1 AND port = $2 "
+            "AND poll_ts BETWEEN $3 AND $4 ORDER BY poll_ts",
+            host,
+            port,
+            t0,
+            t1,
+        )
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for r in rows:
+            key = counter_key(r["counter"], r["qualifier"])
+            first.setdefault(key, int(r["value"]))
+            last[key] = int(r["value"])
+        for key, value in last.items():
+            deltas[key] = deltas.get(key, 0) + value - first[key]
+    out: dict[str, int] = {}
+    for key, value in deltas.items():
+        name = _CONGESTION.get(key.split("[", 1)[0])
+        if name is not None:
+            out[name] = out.get(name, 0) + value
     return out
 
 

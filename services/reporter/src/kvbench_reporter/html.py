@@ -147,6 +147,16 @@ def _port_row(p: dict[str, Any]) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
+def _cable_row(cable: dict[str, Any]) -> str:
+    checks = " · ".join(
+        f'<span title="{escape(str(c["detail"]))}">{escape(c["check"])}: <b>{escape(c["verdict"])}</b></span>'
+        for c in cable["checks"]
+    )
+    congestion = ", ".join(f"{escape(k)} {v:,}" for k, v in (cable.get("congestion") or {}).items()) or "none counted"
+    name = f"{escape(str(cable['node']))} {escape(str(cable['nic']))} &rarr; {escape(str(cable['port']))}"
+    return f"<tr><td>{name}</td><td>{checks}</td><td>{congestion}</td></tr>"
+
+
 def _job_fabric_row(job: dict[str, Any]) -> str:
     if "ports" not in job:
         return f"<tr><td>{escape(job['job_id'])}</td><td colspan=6>{escape(str(job.get('note', '')))}</td></tr>"
@@ -180,13 +190,22 @@ def _fabric_html(fabric: dict[str, Any]) -> str:
         return "".join(parts)
     for switch in switches:
         state = "read" if switch["read"] else f"unread: {switch.get('reason')}"
-        cables = ", ".join(f"{c['node']} {c['nic']} &rarr; {c['port']}" for c in switch.get("cabled", []))
+        cables = ", ".join(
+            f"{escape(str(c['node']))} {escape(str(c['nic']))} &rarr; {escape(str(c['port']))}"
+            for c in switch.get("cabled", [])
+        )
         parts.append(f"<p><b>{escape(switch['switch'])}</b> · {escape(state)} · {cables}</p>")
         rows = "".join(_port_row(p) for p in switch.get("ports", []))
         if rows:
             parts.append(
                 "<table><tr><th>port</th><th>in GB</th><th>out GB</th><th>in % of line</th><th>out % of line</th>"
                 f"<th>speed Mb/s</th><th>errors in/out</th></tr>{rows}</table>"
+            )
+        cable_rows = "".join(_cable_row(c) for c in switch.get("agreement", []) if c.get("checks"))
+        if cable_rows:
+            parts.append(
+                "<table><tr><th>cable</th><th>checks (PASS / WARN / FAIL)</th><th>host congestion signals</th></tr>"
+                f"{cable_rows}</table>"
             )
         job_rows = "".join(_job_fabric_row(j) for j in switch.get("jobs", []))
         if job_rows:

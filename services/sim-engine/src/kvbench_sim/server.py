@@ -8,9 +8,11 @@ slip, and slips are counted.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +49,9 @@ class PacedEngine:
         # ``on_lateness`` after it, so bookkeeping never delays the writes
         self.lateness: list[float] = []
         self.on_lateness: Callable[[list[float]], None] | None = None
+        self._burst: list[tuple[asyncio.Transport, bytes, float]] = []  # a step's writes: transport, bytes, due
+        # a second writer for large bursts: socket writes release the GIL, so two threads halve a burst's time
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sim-writer")
 
     def now_s(self) -> float:
         return (time.monotonic() - self._t0) * self.speed
@@ -63,6 +68,34 @@ class PacedEngine:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._writer.shutdown(wait=False)
+
+    def emit(self, transport: asyncio.Transport, data: bytes, due_s: float) -> None:
+        """Queue ``data`` for the socket in this step's burst (written when the step's tokens are released)."""
+        self._burst.append((transport, data, self.due_wall(due_s)))
+
+    def _flush(self) -> None:
+        """Write the step's burst. Large bursts are split between this thread and the writer thread, each writing
+        straight to the sockets whose transports hold nothing unsent (so bytes never overtake buffered ones);
+        whatever a socket does not take goes through its transport, in order, after."""
+        burst, self._burst = self._burst, []
+        late = self.lateness
+        direct: list[tuple[asyncio.Transport, bytes, float, int]] = []
+        for transport, data, due in burst:
+            fd = _socket_fd(transport) if len(burst) >= _PARALLEL_BURST else None
+            if fd is None or transport.get_write_buffer_size():
+                transport.write(data)
+                late.append(max(0.0, time.monotonic() - due))
+            else:
+                direct.append((transport, data, due, fd))
+        if not direct:
+            return
+        half = len(direct) // 2
+        other = self._writer.submit(_write_direct, direct[half:], late)
+        rest = _write_direct(direct[:half], late) + other.result()
+        for transport, data, due in rest:
+            transport.write(data)
+            late.append(max(0.0, time.monotonic() - due))
 
     def submit(self, request: SimRequest) -> asyncio.Queue[TokenEvent]:
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
@@ -148,10 +181,42 @@ class PacedEngine:
                     queue.put_nowait(event)
                 if event.finished:
                     self._queues.pop(event.request_id, None)
+            if self._burst:
+                self._flush()
             if self.lateness:
                 samples, self.lateness = self.lateness, []
                 if self.on_lateness is not None:
                     self.on_lateness(samples)
+
+
+_PARALLEL_BURST = 64  # smaller bursts are written from the loop's thread alone
+
+
+def _socket_fd(transport: asyncio.Transport) -> int | None:
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_direct(
+    writes: list[tuple[asyncio.Transport, bytes, float, int]], late: list[float]
+) -> list[tuple[asyncio.Transport, bytes, float]]:
+    """Write each payload to its socket (non-blocking); returns what a full socket did not take."""
+    rest: list[tuple[asyncio.Transport, bytes, float]] = []
+    for transport, data, due, fd in writes:
+        try:
+            sent = os.write(fd, data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            continue  # the peer is gone: the transport notices and the stream is aborted
+        if sent < len(data):
+            rest.append((transport, data[sent:], due))
+        else:
+            late.append(max(0.0, time.monotonic() - due))
+    return rest
 
 
 _RUNNING = b',"logprobs":null,"finish_reason":null}]}\n\n'
@@ -346,21 +411,20 @@ def build_app(
                 return
             # output words are plain ASCII ("w123"): no JSON escaping needed
             data = head + tokens_out[event.index] + after + (_FINISHED if event.finished else _RUNNING)
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-            paced.lateness.append(max(0.0, time.monotonic() - paced.due_wall(event.time_s)))
+            chunk = b"%x\r\n%b\r\n" % (len(data), data)
             if event.index == 0:
                 metrics.ttft.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
             if event.finished:
                 metrics.e2e.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
                 metrics.success.labels(model, "0", "length").inc()
-                closing = b""
                 if include_usage:
-                    closing += tail(
+                    chunk += tail(
                         {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage()}
                     )
-                transport.write(closing + tail("[DONE]"))
+                chunk += tail("[DONE]")
                 if not done.done():
-                    done.set_result(None)
+                    done.set_result(None)  # the handler resumes after the burst is written
+            paced.emit(transport, chunk, event.time_s)
 
         if chat:
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
