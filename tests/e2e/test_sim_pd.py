@@ -1,13 +1,12 @@
 """A prefill/decode split through every service on simulated engines (the router and the P/D pair in server mode),
-against batch (what-if) mode: the same TTFT and the same ITL gain over colocated engines."""
+against batch (what-if) mode: the same TTFT, the same long-prefill stalls on colocated engines, and none on the
+decode engine."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -16,27 +15,11 @@ from kvbench_cli.deployment import LocalDeployment
 from kvbench_contracts.plan import Plan
 from kvbench_sim.whatif import run_plan
 
+from .runs import run_to_end
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PLAN = Path(__file__).resolve().parents[2] / "examples" / "pd-split-small.yaml"
-
-
-def _run(api_url: str, plan_text: str) -> str:
-    with httpx.Client(timeout=30) as client:
-        response = client.post(
-            f"{api_url}/v1/runs", content=plan_text.encode(), headers={"Content-Type": "application/yaml"}
-        )
-        assert response.status_code == 201, response.text
-        run_id: str = response.json()["run_id"]
-        deadline = time.monotonic() + 400
-        while True:
-            status = client.get(f"{api_url}/v1/runs/{run_id}").json()
-            if status["status"] in ("succeeded", "failed", "cancelled"):
-                break
-            assert time.monotonic() < deadline, status
-            time.sleep(2)
-    assert status["status"] == "succeeded", status
-    return run_id
 
 
 def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp_path: Path) -> None:
@@ -49,16 +32,20 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
     deployment = LocalDeployment(tmp_path / "kvbench")
     state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
     try:
-        run_id = _run(state.api_url, plan_text)
-        report = fetch_report(Endpoints(state.api_url, state.report_url, None), run_id)
+        status = run_to_end(state.api_url, plan_text)
+        assert status["status"] == "succeeded", status
+        report = fetch_report(Endpoints(state.api_url, state.report_url, None), status["run_id"])
     finally:
         deployment.down()
     served = {w["name"]: w for w in report["workloads"]}
     pd, colocated = served["pd-nixl"], served["colocated"]
     speed = Plan.model_validate(yaml.safe_load(plan_text)).workloads[0].cluster.sim.speed  # type: ignore[union-attr]
     assert pd["ttft_ms"]["p50"] * speed == pytest.approx(expected["pd-nixl"]["ttft_ms"]["p50"], rel=0.2)
-    served_gain = colocated["itl_ms"]["p99"] / pd["itl_ms"]["p99"]
-    assert served_gain == pytest.approx(batch_gain, rel=0.3)
+    # a colocated engine's long-prefill stalls are the same length served; the decode engine's small gaps gain the
+    # pacer's few milliseconds of slip at most, so its p99 sits a little higher but the gain stays large
+    assert colocated["itl_ms"]["p99"] * speed == pytest.approx(expected["colocated"]["itl_ms"]["p99"], rel=0.25)
+    assert pd["itl_ms"]["p99"] * speed <= 1.5 * expected["pd-nixl"]["itl_ms"]["p99"]
+    assert colocated["itl_ms"]["p99"] / pd["itl_ms"]["p99"] > 5
     # each prompt is computed once on the prefill engine and its KV moved once to the decode engine
     sources = pd["prompt_token_sources"]["tokens"]
     assert sources["transferred"] > 0

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
@@ -13,6 +11,8 @@ from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
 from kvbench_contracts.plan import Plan
 from kvbench_sim.whatif import run_plan
+
+from .runs import run_to_end
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,21 +29,9 @@ def test_served_study_gives_the_batch_modes_ratio(nats_url: str, fresh_database:
     deployment = LocalDeployment(tmp_path / "kvbench")
     state = deployment.up(sim_machines=1, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
     try:
-        with httpx.Client(timeout=30) as client:
-            response = client.post(
-                f"{state.api_url}/v1/runs", content=plan_text.encode(), headers={"Content-Type": "application/yaml"}
-            )
-            assert response.status_code == 201, response.text
-            run_id = response.json()["run_id"]
-            deadline = time.monotonic() + 400
-            while True:
-                status = client.get(f"{state.api_url}/v1/runs/{run_id}").json()
-                if status["status"] in ("succeeded", "failed", "cancelled"):
-                    break
-                assert time.monotonic() < deadline, status
-                time.sleep(2)
+        status = run_to_end(state.api_url, plan_text)
         assert status["status"] == "succeeded", status
-        report = fetch_report(Endpoints(state.api_url, state.report_url, None), run_id)
+        report = fetch_report(Endpoints(state.api_url, state.report_url, None), status["run_id"])
     finally:
         deployment.down()
     served = {w["name"]: w for w in report["workloads"]}

@@ -181,3 +181,28 @@ def test_ethtool_pause_pfc_ecn_and_fec_are_read_from_the_drivers_names() -> None
     assert parse_fec(fec + "Statistics:\n  Corrected blocks: 10\n  Uncorrectable blocks: 3\n") == ("rs", 3)
     assert parse_fec("Active FEC encoding: Off\n") == ("off", None)
     assert parse_fec("") == (None, None)
+
+
+def test_connector_tokens_split_into_cache_tiers_and_pd_transfers() -> None:
+    """With per-source cache counters, external_kv_transfer holds every connector token: the part no tier accounts
+    for came from a prefill engine; an LMCache engine's disk loads are never called transfers."""
+
+    def normalized(disk: float, host: float, external: float) -> dict[str, float]:
+        text = f"""# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{{engine="0",model_name="m"}} 10000.0
+# TYPE vllm:prompt_tokens_cached_by_source counter
+vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="m",source="device"}} 1000.0
+vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="m",source="disk"}} {disk}
+vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="m",source="host"}} {host}
+# TYPE vllm:prompt_tokens_by_source counter
+vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="external_kv_transfer"}} {external}
+vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_compute"}} {9000.0 - external}
+"""
+        return normalize(parse_samples(text), "vllm")
+
+    lmcache = normalized(disk=6000.0, host=1000.0, external=7000.0)
+    assert (lmcache["prompt_tokens_disk"], lmcache["prompt_tokens_transferred"]) == (6000.0, 0.0)
+    assert lmcache["prompt_tokens_recomputed"] == 2000.0
+    pd_with_offload = normalized(disk=0.0, host=1500.0, external=8000.0)
+    assert pd_with_offload["prompt_tokens_transferred"] == 6500.0
+    assert pd_with_offload["prompt_tokens_host"] == 1500.0

@@ -62,11 +62,18 @@ def _vllm(s: Samples) -> Samples:
     else:
         out["prompt_tokens_gpu"] = _sum(s, "vllm:prefix_cache_hits_total") or 0.0
         out["prompt_tokens_remote"] = _sum(s, "vllm:external_prefix_cache_hits_total") or 0.0
-    transferred = _sum(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
-    if transferred is not None and not out.get("prompt_tokens_transferred"):
-        # a P/D decode engine: transferred tokens count as external hits too; move them, never count twice
-        out["prompt_tokens_transferred"] = transferred
-        out["prompt_tokens_remote"] = max(0.0, out.get("prompt_tokens_remote", 0.0) - transferred)
+    external = _sum(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+    if external is not None and not out.get("prompt_tokens_transferred"):
+        # every token a KV connector brought: offload and LMCache loads as well as P/D transfers
+        remote = out.get("prompt_tokens_remote", 0.0)
+        if any(v is not None for v in by_source.values()):
+            # the cache tiers are named by source: what none of them accounts for came from a prefill engine
+            attributed = out.get("prompt_tokens_host", 0.0) + out.get("prompt_tokens_disk", 0.0) + remote
+            out["prompt_tokens_transferred"] = max(0.0, external - attributed)
+        else:
+            # no per-source split: a decode engine counts its transfers as external hits too; never count twice
+            out["prompt_tokens_transferred"] = external
+            out["prompt_tokens_remote"] = max(0.0, remote - external)
     if prompt is not None:
         out["prompt_tokens"] = prompt
         cached = sum(

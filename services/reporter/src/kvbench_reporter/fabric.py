@@ -243,18 +243,12 @@ async def _agreement(
         if not rows:
             out.append({**cable, "checks": [], "note": "the machine sent no NIC counters (simulated, or none read)"})
             continue
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        for r in rows:
-            key = counter_key(r["counter"], r["qualifier"])
-            first.setdefault(key, int(r["value"]))
-            last[key] = int(r["value"])
         nic: dict[str, Any] = next((n for n in inventory.get("nics", []) if n.get("name") == cable["nic"]), {})
         port = by_port.get(cable["port"], {})
         host = HostSide(
             host=host_name, nic=cable["nic"], mac=str(nic.get("mac", "")), state=str(nic.get("state", "")),
             speed_mbps=nic.get("speed_mbps"), mtu=nic.get("mtu"), lldp_switch=switch, lldp_port=cable["port"],
-            deltas={k: last[k] - first[k] for k in last}, fec=nic.get("fec"),
+            deltas=_deltas(rows), fec=nic.get("fec"),
         )  # fmt: skip
         side = SwitchSide(
             switch=switch, port=cable["port"], oper_status=port.get("oper_status"), speed_mbps=port.get("speed_mbps"),
@@ -266,6 +260,17 @@ async def _agreement(
         congestion = await _congestion(store, host_name, cable["nic"], inventory, host.deltas, t0, t1)
         out.append({**cable, "checks": [c.__dict__ for c in checks], "congestion": congestion})
     return out
+
+
+def _deltas(rows: list[Any]) -> dict[str, int]:
+    """Last minus first value of each counter (per priority) in time-ordered sample rows."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for r in rows:
+        key = counter_key(r["counter"], r["qualifier"])
+        first.setdefault(key, int(r["value"]))
+        last[key] = int(r["value"])
+    return {key: value - first[key] for key, value in last.items()}
 
 
 # host-side congestion signals: the NIC's (ethtool) and those of the RDMA ports riding on it (hw_counters)
@@ -304,14 +309,8 @@ async def _congestion(
             t0,
             t1,
         )
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        for r in rows:
-            key = counter_key(r["counter"], r["qualifier"])
-            first.setdefault(key, int(r["value"]))
-            last[key] = int(r["value"])
-        for key, value in last.items():
-            deltas[key] = deltas.get(key, 0) + value - first[key]
+        for key, value in _deltas(rows).items():
+            deltas[key] = deltas.get(key, 0) + value
     out: dict[str, int] = {}
     for key, value in deltas.items():
         name = _CONGESTION.get(key.split("[", 1)[0])

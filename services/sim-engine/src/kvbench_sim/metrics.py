@@ -102,7 +102,7 @@ class VllmMetrics:
         )
         self._last = (0, 0, 0, 0, 0)
         self._last_tiers: dict[str, float] = {}
-        self._transferred = 0.0
+        self._external = 0.0
 
     def _bytes(self, key: str, value: float) -> None:
         lv = self._lv
@@ -136,13 +136,14 @@ class VllmMetrics:
         self.prefix_queries.labels(*lv).inc(deltas[2])
         self.prefix_hits.labels(*lv).inc(deltas[3])
         self.cached_by_source.labels(*lv, "device").inc(deltas[3])
-        transferred = float(c.tier_hits.get("transferred", 0))
-        self.by_source.labels(*lv, "external_kv_transfer").inc(max(0.0, transferred - self._transferred))
+        # vLLM's split of prompt tokens: GPU prefix hits, tokens a KV connector brought (P/D transfers and offload
+        # or LMCache loads alike), and the rest, computed here
+        external = float(sum(c.tier_hits.values()))
+        new_external = max(0.0, external - self._external)
+        self._external = external
+        self.by_source.labels(*lv, "external_kv_transfer").inc(new_external)
         self.by_source.labels(*lv, "local_cache_hit").inc(deltas[3])
-        self.by_source.labels(*lv, "local_compute").inc(
-            max(0, deltas[0] - deltas[3] - int(transferred - self._transferred))
-        )
-        self._transferred = transferred
+        self.by_source.labels(*lv, "local_compute").inc(max(0.0, deltas[0] - deltas[3] - new_external))
         self.preemptions.labels(*lv).inc(deltas[4])
         self._last = now
         if engine.tiers:
@@ -160,6 +161,8 @@ class VllmMetrics:
                 if key.startswith("hit:"):
                     tier = key[4:]
                     self.external_hits.labels(*lv).inc(value)
+                    if tier == "transferred":
+                        continue  # a P/D transfer, not a cache tier: by_source above says so
                     source = {"host": "host", "disk": "disk"}.get(tier, "external_unspecified")
                     self.cached_by_source.labels(*lv, source).inc(value)
                     self.lmcache_hit.labels({"host": "l1", "disk": "l2"}.get(tier, tier)).inc(value)

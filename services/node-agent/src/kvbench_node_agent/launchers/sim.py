@@ -135,13 +135,9 @@ class SimLauncher:
             return f"ws://127.0.0.1:{port}/ws"
         profile = load_profile(str((command.sim or {}).get("gpu", "L40S")), command.model, layout.engine)
         tier = Tier(shared[0], profile.block_size, profile.model.kv_bytes_per_token, profile.state_bytes_per_block)
-        log_path = self._state_dir / "logs" / f"{command.deployment_id}-store.log"
-        process = ManagedProcess("sim-store", spawn(sim_store_argv(port, tier.capacity_chunks), log_path), log_path)
-        deployment.processes.append(process)
         try:
-            await wait_healthy(f"http://127.0.0.1:{port}/health", process, self._health_timeout_s)
+            await self._process(deployment, command, "store", sim_store_argv(port, tier.capacity_chunks), port)
         except LaunchError as exc:
-            deployment.stop()
             raise LaunchError(f"the shared store could not listen on port {port}: {exc}") from None
         deployment.facts["shared_store"] = f"{shared[0].store_id}, {tier.capacity_chunks} chunks, port {port}"
         return f"ws://127.0.0.1:{port}/ws"
@@ -171,29 +167,19 @@ class SimLauncher:
             policy = command.routing if command.routing in POLICIES else "pd_aware"
             port = free_port()
             argv = sim_router_argv(port, policy, urls["decode"], urls["prefill"])
-            log_path = self._state_dir / "logs" / f"{command.deployment_id}-router.log"
-            router = ManagedProcess("sim-router", spawn(argv, log_path), log_path)
-            deployment.processes.append(router)
-            await wait_healthy(f"http://127.0.0.1:{port}/health", router, self._health_timeout_s)
+            await self._process(deployment, command, "router", argv, port)
         except LaunchError:
             deployment.stop()
             raise
-        deployment.endpoints.insert(
-            0,
-            EngineEndpoint(
-                node_id=self._node_id,
-                engine_id=f"{self._node_id}-router",
-                role="router",
-                base_url=f"http://127.0.0.1:{port}",
-                metrics_url=f"http://127.0.0.1:{port}/metrics",
-            ),
-        )
+        deployment.endpoints.insert(0, self._endpoint("router", "router", port))
         deployment.facts["router_argv"] = " ".join(argv[1:])
         deployment.facts["routing"] = policy
         return deployment
 
-    async def _engine(self, deployment: Deployment, command: StartStack, argv: list[str], port: int, name: str,
-                      role: Literal["both", "prefill", "decode"]) -> None:  # fmt: skip
+    async def _process(self, deployment: Deployment, command: StartStack, name: str, argv: list[str],
+                       port: int) -> Path:  # fmt: skip
+        """Start one process of the deployment and wait until it answers on ``port`` (the deployment is stopped
+        when it does not); returns its log."""
         log_path = self._state_dir / "logs" / f"{command.deployment_id}-{name}.log"
         process = ManagedProcess(f"sim-{name}", spawn(argv, log_path, SIM_ENV), log_path)
         deployment.processes.append(process)
@@ -202,15 +188,21 @@ class SimLauncher:
         except LaunchError:
             deployment.stop()
             raise
-        deployment.endpoints.append(
-            EngineEndpoint(
-                node_id=self._node_id,
-                engine_id=f"{self._node_id}-{'e' + name[6:] if name.startswith('engine') else name}",
-                role=role,
-                base_url=f"http://127.0.0.1:{port}",
-                metrics_url=f"http://127.0.0.1:{port}/metrics",
-            )
+        return log_path
+
+    def _endpoint(self, name: str, role: Literal["both", "prefill", "decode", "router"], port: int) -> EngineEndpoint:
+        return EngineEndpoint(
+            node_id=self._node_id,
+            engine_id=f"{self._node_id}-{'e' + name[6:] if name.startswith('engine') else name}",
+            role=role,
+            base_url=f"http://127.0.0.1:{port}",
+            metrics_url=f"http://127.0.0.1:{port}/metrics",
         )
+
+    async def _engine(self, deployment: Deployment, command: StartStack, argv: list[str], port: int, name: str,
+                      role: Literal["both", "prefill", "decode"]) -> None:  # fmt: skip
+        log_path = await self._process(deployment, command, name, argv, port)
+        deployment.endpoints.append(self._endpoint(name, role, port))
         block_size = read_block_size(log_path)
         if block_size:
             deployment.facts["attention_block_size"] = block_size
