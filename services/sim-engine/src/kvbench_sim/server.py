@@ -50,6 +50,7 @@ class PacedEngine:
         self.lateness: list[float] = []
         self.on_lateness: Callable[[list[float]], None] | None = None
         self._burst: list[tuple[asyncio.Transport, bytes, float]] = []  # a step's writes: transport, bytes, due
+        self._after: list[Callable[[], None]] = []  # what must follow the writes (a finished stream's handler)
         # a second writer for large bursts: socket writes release the GIL, so two threads halve a burst's time
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sim-writer")
 
@@ -70,9 +71,14 @@ class PacedEngine:
                 await self._task
         self._writer.shutdown(wait=False)
 
-    def emit(self, transport: asyncio.Transport, data: bytes, due_s: float) -> None:
-        """Queue ``data`` for the socket in this step's burst (written when the step's tokens are released)."""
+    def emit(
+        self, transport: asyncio.Transport, data: bytes, due_s: float, after: Callable[[], None] | None = None
+    ) -> None:
+        """Queue ``data`` for the socket in this step's burst, written when the step's tokens come due; ``after``
+        runs once it is written."""
         self._burst.append((transport, data, self.due_wall(due_s)))
+        if after is not None:
+            self._after.append(after)
 
     def _flush(self) -> None:
         """Write the step's burst. Large bursts are split between this thread and the writer thread, each writing
@@ -82,6 +88,8 @@ class PacedEngine:
         late = self.lateness
         direct: list[tuple[asyncio.Transport, bytes, float, int]] = []
         for transport, data, due in burst:
+            if transport.is_closing():
+                continue  # the client left while the step ran (its socket may even be another's by now)
             fd = _socket_fd(transport) if len(burst) >= _PARALLEL_BURST else None
             if fd is None or transport.get_write_buffer_size():
                 transport.write(data)
@@ -161,28 +169,39 @@ class PacedEngine:
                 continue
             start = max(self._clock_s, self.now_s())
             end = start + plan.duration_s
-            # apply the step while it "runs" (its results are fixed), so only the release waits for the due time
+            # apply the step while it "runs" (its results are fixed) and build its streams' bytes, so only the
+            # writes wait for the due time
             events = self.engine.complete(plan, end)
-            delay = self._t0 + end / self.speed - time.monotonic()
+            waiting: list[TokenEvent] = []
+            for event in events:
+                callback = self._callbacks.get(event.request_id)
+                if callback is None:
+                    waiting.append(event)
+                    continue
+                callback(event)
+                if event.finished:
+                    self._callbacks.pop(event.request_id, None)
+            due = self._t0 + end / self.speed
+            delay = due - time.monotonic()
+            if delay > _SPIN_S:
+                await asyncio.sleep(delay - _SPIN_S)  # the loop's timers are millisecond-grained ...
             if delay > 0:
-                await asyncio.sleep(delay)
+                while time.monotonic() < due:  # ... so the last stretch is waited out exactly
+                    pass
             elif delay < -0.005:
                 self.late_steps += 1
             self._clock_s = end
-            for event in events:
-                callback = self._callbacks.get(event.request_id)
-                if callback is not None:
-                    callback(event)
-                    if event.finished:
-                        self._callbacks.pop(event.request_id, None)
-                    continue
+            if self._burst:
+                self._flush()
+            after, self._after = self._after, []
+            for finish in after:
+                finish()
+            for event in waiting:
                 queue = self._queues.get(event.request_id)
                 if queue is not None:
                     queue.put_nowait(event)
                 if event.finished:
                     self._queues.pop(event.request_id, None)
-            if self._burst:
-                self._flush()
             if self.lateness:
                 samples, self.lateness = self.lateness, []
                 if self.on_lateness is not None:
@@ -190,6 +209,7 @@ class PacedEngine:
 
 
 _PARALLEL_BURST = 64  # smaller bursts are written from the loop's thread alone
+_SPIN_S = 0.0015  # how early the pacer wakes before a step's tokens come due, to wait the rest out exactly
 
 
 def _socket_fd(transport: asyncio.Transport) -> int | None:
@@ -422,9 +442,13 @@ def build_app(
                         {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage()}
                     )
                 chunk += tail("[DONE]")
-                if not done.done():
-                    done.set_result(None)  # the handler resumes after the burst is written
+                paced.emit(transport, chunk, event.time_s, finish)  # the handler ends once the burst is written
+                return
             paced.emit(transport, chunk, event.time_s)
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(None)
 
         if chat:
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
