@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-__all__ = ["run_to_end"]
+from kvbench_cli.api import Endpoints, fetch_report
+from kvbench_cli.deployment import LocalDeployment
+
+__all__ = ["run_to_end", "served_report"]
 
 
 def run_to_end(api_url: str, plan_text: str, timeout_s: float = 400) -> dict[str, Any]:
@@ -25,3 +29,19 @@ def run_to_end(api_url: str, plan_text: str, timeout_s: float = 400) -> dict[str
                 return {**status, "run_id": run_id}
             assert time.monotonic() < deadline, status
             time.sleep(2)
+
+
+def served_report(
+    plan_text: str, sim_machines: int, nats_url: str, database_url: str, state_dir: Path
+) -> dict[str, Any]:
+    """Stand a whole kvbench up on ``sim_machines`` simulated machines, run the plan to its end and return its
+    report (the run must succeed)."""
+    deployment = LocalDeployment(state_dir)
+    state = deployment.up(sim_machines=sim_machines, nats_url=nats_url, database_url=database_url, tie_to_parent=True)
+    try:
+        status = run_to_end(state.api_url, plan_text)
+        assert status["status"] == "succeeded", status
+        report: dict[str, Any] = fetch_report(Endpoints(state.api_url, state.report_url, None), status["run_id"])
+        return report
+    finally:
+        deployment.down()

@@ -10,12 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kvbench_cli.api import Endpoints, fetch_report
-from kvbench_cli.deployment import LocalDeployment
 from kvbench_contracts.plan import Plan
 from kvbench_sim.whatif import run_plan
 
-from .runs import run_to_end
+from .runs import served_report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,14 +27,7 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
     batch_gain = expected["colocated"]["itl_ms"]["p99"] / expected["pd-nixl"]["itl_ms"]["p99"]
     assert batch_gain > 1.5  # the regime this plan is for
 
-    deployment = LocalDeployment(tmp_path / "kvbench")
-    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
-    try:
-        status = run_to_end(state.api_url, plan_text)
-        assert status["status"] == "succeeded", status
-        report = fetch_report(Endpoints(state.api_url, state.report_url, None), status["run_id"])
-    finally:
-        deployment.down()
+    report = served_report(plan_text, 2, nats_url, fresh_database, tmp_path / "kvbench")
     served = {w["name"]: w for w in report["workloads"]}
     pd, colocated = served["pd-nixl"], served["colocated"]
     speed = Plan.model_validate(yaml.safe_load(plan_text)).workloads[0].cluster.sim.speed  # type: ignore[union-attr]

@@ -7,12 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvbench_cli.api import Endpoints, fetch_report
-from kvbench_cli.deployment import LocalDeployment
 from kvbench_contracts.plan import Plan
 from kvbench_sim.whatif import run_plan
 
-from .runs import run_to_end
+from .runs import served_report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -26,14 +24,7 @@ def test_served_study_gives_the_batch_modes_ratio(nats_url: str, fresh_database:
     batch_ratio = by_name["vllm-only"]["ttft_ms"]["p50"] / by_name["lmcache"]["ttft_ms"]["p50"]
     assert 1.8 <= batch_ratio <= 2.1
 
-    deployment = LocalDeployment(tmp_path / "kvbench")
-    state = deployment.up(sim_machines=1, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
-    try:
-        status = run_to_end(state.api_url, plan_text)
-        assert status["status"] == "succeeded", status
-        report = fetch_report(Endpoints(state.api_url, state.report_url, None), status["run_id"])
-    finally:
-        deployment.down()
+    report = served_report(plan_text, 1, nats_url, fresh_database, tmp_path / "kvbench")
     served = {w["name"]: w for w in report["workloads"]}
     assert served["vllm-only"]["requests_measured"] == served["lmcache"]["requests_measured"] == 200
     served_ratio = served["vllm-only"]["ttft_ms"]["p50"] / served["lmcache"]["ttft_ms"]["p50"]
