@@ -65,6 +65,8 @@ class FabricLab:
             _run(ip, "-n", ns, "link", "set", "lo", "up")
         _run(ip, "-n", self.sw, "link", "set", "swp1", "up", "mtu", "9000")
         _run(ip, "-n", self.h1, "link", "set", "eth1", "up", "mtu", "9000")
+        # a queue on the switch port, so its output-queue counters (gNMI QoS paths) count real packets
+        _run(ip, "netns", "exec", self.sw, "tc", "qdisc", "add", "dev", "swp1", "root", "pfifo", "limit", "1000")
         _run(ip, "-n", self.sw, "addr", "add", f"{self.sw_ip}/30", "dev", "swp1")
         _run(ip, "-n", self.h1, "addr", "add", f"{self.h1_ip}/30", "dev", "eth1")
         _run(ip, "-n", self.sw, "link", "set", "mgmt0", "up")
@@ -170,6 +172,11 @@ class FabricLab:
                         if attempt == 49:
                             raise
                         time.sleep(0.2)
+
+    def switch_queue_bytes(self) -> int:
+        """Bytes the switch port's root qdisc has sent."""
+        raw = _run("ip", "netns", "exec", self.sw, "tc", "-s", "-j", "qdisc", "show", "dev", "swp1")
+        return int(next(q for q in json.loads(raw) if q.get("root"))["bytes"])
 
     def lldpctl_json0(self) -> str:
         return _run("ip", "netns", "exec", self.h1, "lldpctl", "-u", self.h1_lldp, "-f", "json0")

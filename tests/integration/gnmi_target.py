@@ -1,7 +1,7 @@
 """A small gNMI target for the fabric lab (reference/fabric.md section 5, item 4): run inside the switch's network
-namespace, it serves that namespace's real kernel counters under OpenConfig paths, the switch's real lldpd
-neighbours, and the boot time, over gRPC with pygnmi's bundled gNMI stubs. Test-only: it stands where a switch's
-gNMI server would; the data are live.
+namespace, it serves that namespace's real kernel counters under OpenConfig paths (root qdiscs as output queues),
+the switch's real lldpd neighbours, and the boot time, over gRPC with pygnmi's bundled gNMI stubs. Test-only: it
+stands where a switch's gNMI server would; the data are live.
 
     python gnmi_target.py --address A --port P --user U --password W --lldp-socket S --extra counters.json
 
@@ -71,6 +71,24 @@ def _interfaces(extra: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _qos() -> dict[str, Any]:
+    """Each port's root qdisc as its one output queue "0" (the kernel's own packets, bytes and drops)."""
+    interfaces = []
+    for netdev in sorted(Path("/sys/class/net").iterdir()):
+        if netdev.name in SKIP:
+            continue
+        raw = subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", netdev.name], capture_output=True, text=True,
+                             check=False).stdout  # fmt: skip
+        root = next((q for q in json.loads(raw or "[]") if q.get("root")), None)
+        if root is None:
+            continue
+        state = {"transmit-pkts": str(root["packets"]), "transmit-octets": str(root["bytes"]),
+                 "dropped-pkts": str(root["drops"])}  # fmt: skip
+        queue = {"name": "0", "state": state}
+        interfaces.append({"interface-id": netdev.name, "output": {"queues": {"queue": [queue]}}})
+    return {"openconfig-qos:interfaces": {"interface": interfaces}}
+
+
 def _lldp(socket: str) -> dict[str, Any]:
     raw = subprocess.run(["lldpctl", "-u", socket, "-f", "json0"], capture_output=True, text=True, check=False).stdout
     interfaces = []
@@ -123,6 +141,8 @@ class Target(gnmi_pb2_grpc.gNMIServicer):  # type: ignore[misc]
                     gnmi_pb2.Update(path=_path([("interfaces", {}), ("interface", {"name": name})]), val=_json(value))
                     for name, value in _interfaces(extra)
                 ]
+            elif names[:1] == ["qos"]:
+                updates = [gnmi_pb2.Update(path=_path([("qos", {})]), val=_json(_qos()))]
             elif names[:1] == ["lldp"]:
                 updates = [gnmi_pb2.Update(path=_path([("lldp", {})]), val=_json(_lldp(self.lldp_socket)))]
             elif names[:2] == ["system", "state"]:

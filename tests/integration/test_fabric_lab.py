@@ -207,6 +207,12 @@ async def test_gnmi_reads_the_ports_state_counters_and_lldp_like_snmp(lab: Fabri
     assert _port(poll, "pause.in_frames") == 21
     assert _port(poll, "pause.out_frames") == 3
     assert _port(poll, "if.fec_mode") == FEC_CODES["rs"]
+    before_queue = lab.switch_queue_bytes()
+    queued = await poll_gnmi(_gnmi_config(lab), GNMI_SECRET)
+    (sent,) = [s for s in queued.samples if s.counter == "queue.transmit_octets" and s.port == "swp1"]
+    assert sent.qualifier == {"queue": "0"}
+    assert before_queue <= sent.value <= lab.switch_queue_bytes()  # the kernel's own qdisc counter, read live
+    assert sent.source.startswith("gnmi:/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=0]")
     octets = next(s for s in poll.samples if s.port == "swp1" and s.counter == "if.in_octets")
     assert octets.source == "gnmi:/interfaces/interface[name=swp1]/state/counters/in-octets"
     assert octets.ts_device_ns is not None

@@ -39,3 +39,17 @@ def test_pause_frames_sent_by_one_end_are_received_by_the_other() -> None:
     verdict, _ = _verdicts(*_sides({"pfc.rx_frames[p3]": 5}, {"pfc.requests[p4]": 5}))["pause_symmetry"]
     assert verdict == "WARN"
     assert _verdicts(*_sides({}, {}))["pause_symmetry"] == ("WARN", "neither side reports pause frames")
+
+
+def test_queue_drops_make_a_port_a_bottleneck_and_qualifiers_name_their_counter() -> None:
+    from kvbench_reporter.fabric import _bottleneck, counter_key  # noqa: PLC0415
+
+    assert counter_key("pfc.requests", '{"priority": 3}') == "pfc.requests[p3]"
+    assert counter_key("queue.dropped_pkts", {"queue": "0"}) == "queue.dropped_pkts[q0]"
+    assert counter_key("if.in_octets", "") == "if.in_octets"
+    quiet = {"switch": "leaf1", "ports": [{"port": "swp1", "in_utilization": 0.2}]}
+    assert _bottleneck([quiet])["verdict"] == "not network-limited"
+    dropping = {"switch": "leaf1", "ports": [{"port": "swp1", "in_utilization": 0.2, "queue_drops_delta": 40}]}
+    verdict = _bottleneck([dropping])
+    assert verdict["verdict"] == "network-bound"
+    assert verdict["reasons"] == ["leaf1 swp1 dropped frames"]

@@ -27,8 +27,13 @@ def counter_key(counter: str, qualifier: object) -> str:
     """A counter's name in deltas: per-priority ones carry their priority (``pfc.requests[p3]``)."""
     if isinstance(qualifier, str):
         qualifier = json.loads(qualifier) if qualifier else {}
-    priority = qualifier.get("priority") if isinstance(qualifier, dict) else None
-    return counter if priority is None else f"{counter}[p{priority}]"
+    if not isinstance(qualifier, dict):
+        return counter
+    if qualifier.get("priority") is not None:
+        return f"{counter}[p{qualifier['priority']}]"
+    if qualifier.get("queue") is not None:
+        return f"{counter}[q{qualifier['queue']}]"
+    return counter
 
 
 SWITCH_UNREAD = {
@@ -185,7 +190,8 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
         WHERE device = $1 AND poll_ts BETWEEN $2 AND $3
           AND counter IN ('if.in_octets', 'if.out_octets', 'if.speed', 'if.mtu', 'if.oper_status', 'if.in_discards',
                           'if.out_discards', 'if.in_errors', 'if.out_errors', 'if.fec_mode', 'pause.in_frames',
-                          'pause.out_frames', 'pfc.requests', 'pfc.indications')
+                          'pause.out_frames', 'pfc.requests', 'pfc.indications', 'queue.dropped_pkts',
+                          'queue.ecn_marked_pkts')
         ORDER BY port, counter, qualifier, poll_ts
         """,
         switch,
@@ -208,6 +214,10 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
         else:
             entry[f"{counter}_delta"] = int(last["value"] - first["value"])
     for entry in ports.values():
+        for total, prefix in (("queue_drops", "queue.dropped_pkts["), ("ecn_marked", "queue.ecn_marked_pkts[")):
+            values = [v for k, v in entry.items() if k.startswith(prefix) and v is not None]
+            if values:
+                entry[f"{total}_delta"] = sum(values)  # over the port's output queues
         speed = entry.get("speed_mbps")
         for direction in ("in", "out"):
             delta = entry.get(f"if.{direction}_octets_delta")
@@ -327,7 +337,8 @@ def _bottleneck(switches: list[dict[str, Any]], busy: float = 0.9) -> dict[str, 
             name = f"{switch['switch']} {port['port']}"
             if max(port.get("in_utilization") or 0.0, port.get("out_utilization") or 0.0) >= busy:
                 hot.append(name)
-            if (port.get("if.in_discards_delta") or 0) + (port.get("if.out_discards_delta") or 0) > 0:
+            discards = (port.get("if.in_discards_delta") or 0) + (port.get("if.out_discards_delta") or 0)
+            if discards + (port.get("queue_drops_delta") or 0) > 0:
                 drops.append(name)
     if hot or drops:
         reasons = [f"{', '.join(hot)} at >= {busy:.0%} of line rate"] if hot else []

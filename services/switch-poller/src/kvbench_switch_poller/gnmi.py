@@ -1,6 +1,7 @@
 """The gNMI driver (pygnmi, OpenConfig paths; reference/fabric.md section 2): interface counters, speed, MTU,
-oper status and 802.3x pause frames, the LLDP neighbours the switch sees, and the boot time as the counters'
-epoch. One Get per subtree, JSON_IETF; pygnmi is synchronous, so a read runs in a worker thread.
+oper status, FEC mode and 802.3x pause frames, output-queue packets, octets and drops (QoS), the LLDP neighbours the
+switch sees, and the boot time as the counters' epoch. One Get per subtree, JSON_IETF; pygnmi is synchronous, so a
+read runs in a worker thread.
 
 Targets answer a Get for a subtree either with one update holding the whole tree or with one update per list
 entry; both are folded into the same nested form (list entries keyed by their ``name``/``id``, module prefixes
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pygnmi.client import gNMIclient
@@ -19,7 +21,16 @@ from pygnmi.client import gNMIclient
 from kvbench_contracts.fabric import CounterSample, LldpNeighbor, SwitchConfig
 from kvbench_switch_poller.reading import SwitchPoll, SwitchReadError
 
-__all__ = ["FEC_CODES", "GnmiError", "fold_updates", "poll_gnmi", "samples_from_interfaces"]
+__all__ = [
+    "FEC_CODES",
+    "QUEUE_COUNTERS",
+    "GnmiError",
+    "Read",
+    "fold_updates",
+    "poll_gnmi",
+    "samples_from_interfaces",
+    "samples_from_queues",
+]
 
 # OpenConfig interface state leaf -> (canonical counter, unit, kind), as the SNMP driver names them
 STATE_COUNTERS: dict[str, tuple[str, str, str]] = {
@@ -123,32 +134,44 @@ def _speed_mbps(value: object) -> int | None:
     return int(match.group(1)) * (1000 if match.group(2) == "GB" else 1)
 
 
-def samples_from_interfaces(
-    interfaces: dict[str, Any], config: SwitchConfig, t_request: int, t_response: int, t_device: int | None, epoch: str
-) -> list[CounterSample]:
+@dataclass(frozen=True)
+class Read:
+    """When one read happened, for every sample it gives."""
+
+    config: SwitchConfig
+    t_request: int
+    t_response: int
+    t_device: int | None
+    epoch: str
+
+    def sample(self, port: str, counter: str, value: object, unit: str, kind: str, path: str,
+               **qualifier: object) -> CounterSample:  # fmt: skip
+        return CounterSample.model_validate(
+            {
+                "device": self.config.name,
+                "device_kind": "switch",
+                "port": port,
+                "counter": counter,
+                "qualifier": qualifier,
+                "value": int(value),  # type: ignore[call-overload]
+                "unit": unit,
+                "kind": kind,
+                "ts_request_ns": self.t_request,
+                "ts_response_ns": self.t_response,
+                "ts_device_ns": self.t_device,
+                "source": f"gnmi:{path}",
+                "epoch": self.epoch,
+            }
+        )
+
+
+def samples_from_interfaces(interfaces: dict[str, Any], read: Read) -> list[CounterSample]:
     """The ``interfaces/interface`` tree as counter samples named like the SNMP driver's."""
     out: list[CounterSample] = []
-    ignored = set(config.ignore_ports)
+    ignored = set(read.config.ignore_ports)
 
     def sample(port: str, counter: str, value: object, unit: str, kind: str, leaf: str) -> None:
-        out.append(
-            CounterSample.model_validate(
-                {
-                    "device": config.name,
-                    "device_kind": "switch",
-                    "port": port,
-                    "counter": counter,
-                    "value": int(value),  # type: ignore[call-overload]
-                    "unit": unit,
-                    "kind": kind,
-                    "ts_request_ns": t_request,
-                    "ts_response_ns": t_response,
-                    "ts_device_ns": t_device,
-                    "source": f"gnmi:/interfaces/interface[name={port}]/{leaf}",
-                    "epoch": epoch,
-                }
-            )
-        )
+        out.append(read.sample(port, counter, value, unit, kind, f"/interfaces/interface[name={port}]/{leaf}"))
 
     for port, entry in sorted((interfaces.get("interface") or {}).items()):
         if port in ignored or not isinstance(entry, dict):
@@ -173,6 +196,36 @@ def samples_from_interfaces(
             if leaf in ETHERNET_COUNTERS and value is not None:
                 counter, unit, kind = ETHERNET_COUNTERS[leaf]
                 sample(port, counter, value, unit, kind, f"ethernet/state/counters/{leaf}")
+    return out
+
+
+# OpenConfig QoS output-queue leaves -> canonical counters; ECN marks are a vendor augment where they exist
+QUEUE_COUNTERS: dict[str, tuple[str, str]] = {
+    "transmit-pkts": ("queue.transmit_pkts", "packets"),
+    "transmit-octets": ("queue.transmit_octets", "octets"),
+    "dropped-pkts": ("queue.dropped_pkts", "packets"),
+    "ecn-marked-pkts": ("queue.ecn_marked_pkts", "packets"),
+}
+
+
+def samples_from_queues(qos: dict[str, Any], read: Read) -> list[CounterSample]:
+    """``qos/interfaces/interface/output/queues/queue`` state: per port and queue, packets, octets, drops (and ECN
+    marks where the target augments the model with them)."""
+    out: list[CounterSample] = []
+    ignored = set(read.config.ignore_ports)
+    for port, entry in sorted(((qos.get("interfaces") or {}).get("interface") or {}).items()):
+        if port in ignored or not isinstance(entry, dict):
+            continue
+        queues = ((entry.get("output") or {}).get("queues") or {}).get("queue") or {}
+        for queue, body in sorted(queues.items()):
+            state = (body or {}).get("state") or {}
+            for leaf, value in state.items():
+                if leaf in QUEUE_COUNTERS and value is not None:
+                    counter, unit = QUEUE_COUNTERS[leaf]
+                    path = (
+                        f"/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={queue}]/state/{leaf}"
+                    )
+                    out.append(read.sample(port, counter, value, unit, "counter", path, queue=str(queue)))
     return out
 
 
@@ -223,30 +276,33 @@ def _read(config: SwitchConfig, secret: str, timeout_s: float) -> SwitchPoll:
         ) as client:
             t_request = time.time_ns()
             interfaces, t_device = fold_updates(client.get(path=["interfaces"], encoding="json_ietf", datatype="state"))
+            qos = _optional(client, "qos")
             t_response = time.time_ns()
-            lldp: dict[str, Any] = {}
-            boot_ns: int | None = None
-            try:  # optional subtrees: a target without them is still read
-                lldp, _ = fold_updates(client.get(path=["lldp"], encoding="json_ietf", datatype="state"))
-                system, _ = fold_updates(client.get(path=["system/state"], encoding="json_ietf", datatype="state"))
-                boot = ((system.get("system") or {}).get("state") or {}).get("boot-time")
-                boot_ns = int(boot) if boot is not None else None
-            except Exception:  # noqa: S110 (pygnmi raises plain Exception for a refused path)
-                pass
+            lldp = _optional(client, "lldp")
+            boot = ((_optional(client, "system/state").get("system") or {}).get("state") or {}).get("boot-time")
     except GnmiError:
         raise
     except Exception as exc:  # pygnmi and grpc raise many kinds; the reason is what matters
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise GnmiError(f"{where}: {reason}") from None
-    epoch = f"{config.name}:{boot_ns // 1_000_000_000}" if boot_ns else ""
+    epoch = f"{config.name}:{int(boot) // 1_000_000_000}" if boot is not None else ""
+    read = Read(config, t_request, t_response, t_device, epoch)
     poll = SwitchPoll(config.name, config.name, 0)
-    poll.samples = samples_from_interfaces(
-        interfaces.get("interfaces") or {}, config, t_request, t_response, t_device, epoch
-    )
+    poll.samples = samples_from_interfaces(interfaces.get("interfaces") or {}, read)
     if not poll.samples:
         raise GnmiError(f"{where}: the target returned no OpenConfig interface state")
+    poll.samples += samples_from_queues(qos.get("qos") or {}, read)
     poll.lldp_remote = _neighbors(lldp.get("lldp") or {})
     return poll
+
+
+def _optional(client: Any, path: str) -> dict[str, Any]:
+    """A subtree the target may not serve (then empty): the read goes on without it."""
+    try:
+        tree, _ = fold_updates(client.get(path=[path], encoding="json_ietf", datatype="state"))
+    except Exception:  # pygnmi raises plain Exception for a refused path
+        return {}
+    return tree
 
 
 async def poll_gnmi(config: SwitchConfig, secret: str, timeout_s: float = 3.0) -> SwitchPoll:
