@@ -42,3 +42,23 @@ def test_bad_settings_are_refused_with_the_fix() -> None:
         Backends(ENGINES, [], "random")
     with pytest.raises(ValueError, match="at least one"):
         Backends([], ["http://p0"], "pd_aware")
+
+
+async def test_an_unreachable_engine_is_a_502_that_names_it() -> None:
+    from aiohttp.test_utils import TestClient, TestServer  # noqa: PLC0415
+
+    from kvbench_core.embedded import free_port  # noqa: PLC0415
+    from kvbench_sim.router import build_router  # noqa: PLC0415
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    for prefill in ([dead], []):
+        client = TestClient(TestServer(build_router(Backends([dead], prefill, "pd_aware"))))
+        await client.start_server()
+        try:
+            response = await client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": True})
+            assert response.status == 502
+            assert ("prefill engine" if prefill else dead) in (await response.json())["error"]
+            metrics = await (await client.get("/metrics")).text()
+            assert "kvbench_sim_router_requests_total" in metrics
+        finally:
+            await client.close()

@@ -147,7 +147,10 @@ def build_router(backends: Backends) -> web.Application:
         head = _prompt_head(body, chat)
         http = state["http"]
         if backends.prefill:
-            params = await prefill(http, path, body, headers)
+            try:
+                params = await prefill(http, path, body, headers)
+            except aiohttp.ClientError as exc:
+                return web.json_response({"error": f"prefill engine: {exc}"}, status=502)
             if isinstance(params, web.Response):
                 return params
             body = {**body, "kv_transfer_params": params}
@@ -155,6 +158,7 @@ def build_router(backends: Backends) -> web.Application:
         role = "decode" if backends.prefill else "engine"
         routed.labels(url, role).inc()
         backends.in_flight[url] += 1
+        response: web.StreamResponse | None = None
         try:
             async with http.post(url + path, json=body, headers=headers) as upstream:
                 if upstream.status != 200:
@@ -170,6 +174,8 @@ def build_router(backends: Backends) -> web.Application:
                 return response
         except aiohttp.ClientError as exc:
             failed.labels(url, role).inc()
+            if response is not None:
+                return response  # cut mid-stream: the client sees the stream end early, as from the engine
             return web.json_response({"error": f"engine {url}: {exc}"}, status=502)
         finally:
             backends.in_flight[url] -= 1

@@ -37,7 +37,7 @@ class PacedEngine:
         self.speed = speed
         # P/D decode side: the link prompts' KV arrives over from prefill engines (flows share its bandwidth)
         self.transfer = transfer
-        self.transferred: list[tuple[float, float]] = []  # (bytes, seconds) of each landed transfer, for metrics
+        self.on_transfer: Callable[[float, float], None] | None = None  # (bytes, seconds) of each landed transfer
         self._t0 = time.monotonic()
         self._clock_s = 0.0
         self._queues: dict[str, asyncio.Queue[TokenEvent]] = {}
@@ -138,7 +138,8 @@ class PacedEngine:
             started: float = transfer.on_done[1]
             if request.request_id in self._callbacks:  # not aborted meanwhile
                 self.engine.add_transferred(request)
-                self.transferred.append((self.transfer_bytes(request), now_s - started))
+                if self.on_transfer is not None:
+                    self.on_transfer(self.transfer_bytes(request), now_s - started)
         return self.transfer.next_done_s(now_s)
 
     def transfer_bytes(self, request: SimRequest) -> float:
@@ -302,6 +303,7 @@ def build_app(
             lateness.observe(late)
 
     paced.on_lateness = observe_lateness
+    paced.on_transfer = lambda size, seconds: metrics.kv_transfers([(size, seconds)])
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="")
@@ -315,9 +317,6 @@ def build_app(
         metrics.refresh(paced.engine)
         for tier in paced.engine.tiers:
             tier_chunks.labels(tier.name).set(tier.chunks)
-        if paced.transferred:
-            landed, paced.transferred = paced.transferred, []
-            metrics.kv_transfers(landed)
         slips.inc(paced.late_steps - slips._value.get())
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
