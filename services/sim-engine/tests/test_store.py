@@ -61,3 +61,30 @@ async def test_what_one_engine_stores_reaches_the_others_and_evictions_too() -> 
         for client in clients:
             await client.stop()
         await server.close()
+
+
+async def test_an_engine_that_reconnects_forgets_what_was_evicted_while_it_was_away() -> None:
+    server = TestServer(build_store(SharedIndex(2)))
+    await server.start_server()
+    url = str(server.make_url("/ws"))
+    a, b = _tier(), _tier()
+    first, second = StoreClient(url, a), StoreClient(url, b)
+    first.start()
+    second.start()
+    try:
+        await asyncio.gather(first.connected.wait(), second.connected.wait())
+        a.commit([1, 2])
+        await _until(lambda: b.longest_prefix([1, 2]) == 2)
+        await second.stop()  # B is away while the store evicts 1 and 2 for A's next chunks
+        a.commit([3, 4])
+        await _until(lambda: a.longest_prefix([1]) == 0 and a.chunks == 2)
+        assert b.longest_prefix([1, 2]) == 2  # B's mirror is stale ...
+        again = StoreClient(url, b)
+        again.start()
+        await _until(lambda: b.longest_prefix([1]) == 0 and b.longest_prefix([3, 4]) == 2)
+        assert b.longest_prefix([1]) == 0  # ... until it reconnects and takes the store's index as it is
+        assert b.longest_prefix([3, 4]) == 2
+        await again.stop()
+    finally:
+        await first.stop()
+        await server.close()

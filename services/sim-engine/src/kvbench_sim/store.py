@@ -151,10 +151,12 @@ class StoreClient:
                         self.connected.set()
                         log.info("connected to the shared store %s", self.url)
                         sender = asyncio.create_task(self._send(socket))
+                        snapshot = True  # the store's first message is its whole index
                         try:
                             async for message in socket:
                                 if message.type == aiohttp.WSMsgType.TEXT:
-                                    self._apply(json.loads(message.data))
+                                    self._apply(json.loads(message.data), snapshot)
+                                    snapshot = False
                         finally:
                             sender.cancel()
                 except (aiohttp.ClientError, OSError) as exc:
@@ -167,7 +169,10 @@ class StoreClient:
             message = await self._outbox.get()
             await socket.send_str(json.dumps(message))
 
-    def _apply(self, body: dict[str, list[int]]) -> None:
+    def _apply(self, body: dict[str, list[int]], snapshot: bool = False) -> None:
+        if snapshot:
+            self.tier.mirror(body.get("add") or [], exactly=True)
+            return
         if body.get("evict"):
             self.tier.forget(body["evict"])
         if body.get("add"):

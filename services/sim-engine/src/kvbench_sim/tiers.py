@@ -123,8 +123,12 @@ class Tier:
         if self.on_touch is not None and chunk_hashes:
             self.on_touch(list(chunk_hashes))
 
-    def mirror(self, chunk_hashes: Sequence[int]) -> None:
-        """Chunks the shared store holds (stored by any engine) become visible here."""
+    def mirror(self, chunk_hashes: Sequence[int], exactly: bool = False) -> None:
+        """Chunks the shared store holds (stored by any engine) become visible here; ``exactly``: the store's whole
+        index, replacing what was mirrored (after a reconnect, evictions missed meanwhile must not look like hits)."""
+        if exactly:
+            self._chunks = OrderedDict.fromkeys(chunk_hashes)
+            return
         for h in chunk_hashes:
             self._chunks[h] = None
 
