@@ -55,7 +55,11 @@ def _arrival(ancillary: list[tuple[int, int, bytes]], floor: float) -> float:
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == _SCM_TIMESTAMPNS and len(data) >= 16:
             seconds, nanoseconds = cast(tuple[int, int], struct.unpack("qq", data[:16]))
-            stamped = seconds + nanoseconds * 1e-9 - (time.time() - now)
+            # the clocks' offset in integer nanoseconds, the real-time read bracketed by two monotonic ones
+            before = time.monotonic_ns()
+            real = time.time_ns()
+            offset = real - (before + time.monotonic_ns()) // 2
+            stamped = (seconds * 1_000_000_000 + nanoseconds - offset) / 1e9
             return min(now, max(floor, stamped))
     return now
 
