@@ -353,9 +353,9 @@ class Conductor:
         for dep, _ in waits:
             self._waiters.pop(f"stopped:{dep}", None)
 
-    async def _watch_nodes(self, node_ids: list[str]) -> None:
+    async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event) -> None:
         kv = await self.bus.kv("kvbench_nodes")
-        while True:
+        while not stop.is_set():
             await asyncio.sleep(1.0)
             for node_id in node_ids:
                 try:
@@ -377,7 +377,8 @@ class Conductor:
         await self.save(state)
         deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
         pairs = list(zip(node_ids, deps, strict=True))
-        watcher = asyncio.create_task(self._watch_nodes(node_ids))
+        stop_watching = asyncio.Event()
+        watcher = asyncio.create_task(self._watch_nodes(node_ids, stop_watching))
         try:
             first = True
             for job in jobs:
@@ -399,9 +400,14 @@ class Conductor:
         else:
             await self._stop_stacks(state, pairs)
         finally:
+            # the flag as well as the cancel: Python 3.11's wait_for (inside a KV read) can swallow a cancel that
+            # lands as its reply does, and the watcher would then run until the nodes went away
+            stop_watching.set()
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, RunFailedError):
-                await watcher
+            await asyncio.wait({watcher}, timeout=5)
+            if watcher.done() and not watcher.cancelled():
+                with contextlib.suppress(RunFailedError):
+                    watcher.result()
 
     async def _run_job(
         self,
