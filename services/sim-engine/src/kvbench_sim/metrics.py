@@ -114,11 +114,10 @@ class VllmMetrics:
         else:
             self.store_bytes.labels(*lv, "get" if direction == "load" else "put").inc(value)
 
-    def kv_transfers(self, landed: list[tuple[float, float]]) -> None:
-        """P/D transfers that landed on this (decode) engine: (bytes, seconds) each."""
-        for size, seconds in landed:
-            self.nixl_bytes.labels(*self._lv).observe(size)
-            self.nixl_time.labels(*self._lv).observe(seconds)
+    def kv_transfer(self, size: float, seconds: float) -> None:
+        """A P/D transfer that landed on this (decode) engine: its bytes and how long it took."""
+        self.nixl_bytes.labels(*self._lv).observe(size)
+        self.nixl_time.labels(*self._lv).observe(seconds)
 
     def describe_cache(self, engine: Engine) -> None:
         self.cache_config.labels(
@@ -209,9 +208,8 @@ class SglangMetrics:
         )
         self._last: dict[str, float] = {}
 
-    def kv_transfers(self, landed: list[tuple[float, float]]) -> None:
-        for size, _ in landed:
-            self.transfer_mb.labels(*self._lv).observe(size / 1e6)
+    def kv_transfer(self, size: float, seconds: float) -> None:
+        self.transfer_mb.labels(*self._lv).observe(size / 1e6)
 
     def describe_cache(self, engine: Engine) -> None:
         self.capacity.labels(*self._lv).set(engine.pool.num_blocks * engine.block_size)

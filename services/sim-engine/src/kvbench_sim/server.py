@@ -303,7 +303,7 @@ def build_app(
             lateness.observe(late)
 
     paced.on_lateness = observe_lateness
-    paced.on_transfer = lambda size, seconds: metrics.kv_transfers([(size, seconds)])
+    paced.on_transfer = metrics.kv_transfer
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="")
