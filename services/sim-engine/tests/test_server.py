@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from kvbench_sim.engine import Engine
@@ -116,7 +117,7 @@ async def test_sglang_mode_scrapes_like_sglang_and_a_host_tier_shows_in_the_vllm
 
 async def test_a_hundred_concurrent_streams_each_get_every_token_in_order_and_done() -> None:
     """Bursts of 64 tokens or more are written from two threads straight to the sockets: every stream still gets
-    its tokens whole, in order, then the usage and [DONE], and the lateness of every token is counted."""
+    its tokens whole, in order, then the usage and [DONE], and the timing of every token is counted."""
     import asyncio  # noqa: PLC0415
 
     client = await make_client(speed=20.0)
@@ -148,8 +149,10 @@ async def test_a_hundred_concurrent_streams_each_get_every_token_in_order_and_do
         assert completion == 12
         assert all(t.startswith(" w") for t in texts)
     assert await one_more(k=7) == results[7][0]  # the same prompt gives the same words
-    count = next(line for line in metrics.splitlines() if line.startswith("kvbench_sim_token_lateness_seconds_count"))
-    assert float(count.split()[-1]) == 1200
+    for histogram in ("lateness", "timing_error"):
+        prefix = f"kvbench_sim_token_{histogram}_seconds_count"
+        count = next(line for line in metrics.splitlines() if line.startswith(prefix))
+        assert float(count.split()[-1]) == 1200
 
 
 async def one_more(k: int) -> list[str]:
@@ -159,3 +162,14 @@ async def one_more(k: int) -> list[str]:
     finally:
         await client.close()
     return [e["choices"][0]["text"] for e in events if e["choices"]]
+
+
+def test_a_burst_starts_half_its_expected_length_early_within_bounds() -> None:
+    """Centring a step's writes on its due time: the lead is half the burst's expected length, capped by half the
+    step and by 5 ms; the per-write cost it uses follows measured bursts."""
+    paced = PacedEngine(Engine(load_profile("H100", "Qwen/Qwen3-8B"), seed=0))
+    paced.write_cost_s = 10e-6
+    assert paced.burst_lead_s(400, step_wall_s=0.030) == pytest.approx(0.002)
+    assert paced.burst_lead_s(400, step_wall_s=0.002) == pytest.approx(0.001)  # never more than half the step
+    assert paced.burst_lead_s(5000, step_wall_s=0.5) == pytest.approx(0.005)  # never more than 5 ms
+    assert paced.burst_lead_s(0, step_wall_s=0.030) == 0.0

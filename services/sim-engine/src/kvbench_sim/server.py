@@ -45,10 +45,13 @@ class PacedEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.late_steps = 0
-        # how late each streamed token was written; filled during a step's burst of writes and handed to
-        # ``on_lateness`` after it, so bookkeeping never delays the writes
-        self.lateness: list[float] = []
-        self.on_lateness: Callable[[list[float]], None] | None = None
+        # when each streamed token was written against its due time (signed seconds: negative is early); filled
+        # during a step's burst of writes and handed to ``on_timing`` after it, so bookkeeping never delays writes
+        self.timing: list[float] = []
+        self.on_timing: Callable[[list[float]], None] | None = None
+        # wall seconds one write of a burst costs (moving average): a burst starts half its expected length before
+        # its due time, so its tokens straddle the due time instead of all trailing it
+        self.write_cost_s = _INITIAL_WRITE_COST_S
         self._burst: list[tuple[asyncio.Transport, bytes, float]] = []  # a step's writes: transport, bytes, due
         self._after: list[Callable[[], None]] = []  # what must follow the writes (a finished stream's handler)
         # a second writer for large bursts: socket writes release the GIL, so two threads halve a burst's time
@@ -85,7 +88,8 @@ class PacedEngine:
         straight to the sockets whose transports hold nothing unsent (so bytes never overtake buffered ones);
         whatever a socket does not take goes through its transport, in order, after."""
         burst, self._burst = self._burst, []
-        late = self.lateness
+        timing = self.timing
+        started = time.monotonic()
         direct: list[tuple[asyncio.Transport, bytes, float, int]] = []
         for transport, data, due in burst:
             if transport.is_closing():
@@ -93,17 +97,24 @@ class PacedEngine:
             fd = _socket_fd(transport) if len(burst) >= _PARALLEL_BURST else None
             if fd is None or transport.get_write_buffer_size():
                 transport.write(data)
-                late.append(max(0.0, time.monotonic() - due))
+                timing.append(time.monotonic() - due)
             else:
                 direct.append((transport, data, due, fd))
-        if not direct:
-            return
-        half = len(direct) // 2
-        other = self._writer.submit(_write_direct, direct[half:], late)
-        rest = _write_direct(direct[:half], late) + other.result()
-        for transport, data, due in rest:
-            transport.write(data)
-            late.append(max(0.0, time.monotonic() - due))
+        if direct:
+            half = len(direct) // 2
+            other = self._writer.submit(_write_direct, direct[half:], timing)
+            rest = _write_direct(direct[:half], timing) + other.result()
+            for transport, data, due in rest:
+                transport.write(data)
+                timing.append(time.monotonic() - due)
+        if len(burst) >= _MEASURED_BURST:
+            cost = (time.monotonic() - started) / len(burst)
+            self.write_cost_s += (cost - self.write_cost_s) / 8
+
+    def burst_lead_s(self, writes: int, step_wall_s: float) -> float:
+        """How long before its due time a burst of ``writes`` starts: half its expected length (so the first token
+        is as early as the last is late), never more than half the step, never more than ``_MAX_LEAD_S``."""
+        return min(writes * self.write_cost_s / 2, step_wall_s / 2, _MAX_LEAD_S)
 
     def submit(self, request: SimRequest) -> asyncio.Queue[TokenEvent]:
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
@@ -182,7 +193,7 @@ class PacedEngine:
                 callback(event)
                 if event.finished:
                     self._callbacks.pop(event.request_id, None)
-            due = self._t0 + end / self.speed
+            due = self._t0 + end / self.speed - self.burst_lead_s(len(self._burst), plan.duration_s / self.speed)
             delay = due - time.monotonic()
             if delay > _SPIN_S:
                 await asyncio.sleep(delay - _SPIN_S)  # the loop's timers are millisecond-grained ...
@@ -203,13 +214,16 @@ class PacedEngine:
                     queue.put_nowait(event)
                 if event.finished:
                     self._queues.pop(event.request_id, None)
-            if self.lateness:
-                samples, self.lateness = self.lateness, []
-                if self.on_lateness is not None:
-                    self.on_lateness(samples)
+            if self.timing:
+                samples, self.timing = self.timing, []
+                if self.on_timing is not None:
+                    self.on_timing(samples)
 
 
 _PARALLEL_BURST = 64  # smaller bursts are written from the loop's thread alone
+_MEASURED_BURST = 16  # bursts at least this long update the per-write cost
+_INITIAL_WRITE_COST_S = 10e-6  # a loopback socket write on a small VM, until bursts say otherwise
+_MAX_LEAD_S = 0.005  # a burst never starts more than this before its due time
 _SPIN_S = 0.0015  # how early the pacer wakes before a step's tokens come due, to wait the rest out exactly
 
 
@@ -222,7 +236,7 @@ def _socket_fd(transport: asyncio.Transport) -> int | None:
 
 
 def _write_direct(
-    writes: list[tuple[asyncio.Transport, bytes, float, int]], late: list[float]
+    writes: list[tuple[asyncio.Transport, bytes, float, int]], timing: list[float]
 ) -> list[tuple[asyncio.Transport, bytes, float]]:
     """Write each payload to its socket (non-blocking); returns what a full socket did not take."""
     rest: list[tuple[asyncio.Transport, bytes, float]] = []
@@ -236,7 +250,7 @@ def _write_direct(
         if sent < len(data):
             rest.append((transport, data[sent:], due))
         else:
-            late.append(max(0.0, time.monotonic() - due))
+            timing.append(time.monotonic() - due)
     return rest
 
 
@@ -284,10 +298,18 @@ def build_app(
     metrics: VllmMetrics | SglangMetrics = SglangMetrics(model) if flavor == "sglang" else VllmMetrics(model)
     metrics.describe_cache(paced.engine)
     slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
+    timing_buckets = (0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.5, 2.0)
     lateness = Histogram(
         "kvbench_sim_token_lateness_seconds",
-        "Wall time a streamed token was written after its virtual due time (pacing slip under load)",
-        buckets=(0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.5, 2.0),
+        "Wall time a streamed token was written after its virtual due time, 0 when written early (pacing slip)",
+        buckets=timing_buckets,
+        registry=metrics.registry,
+    )
+    timing_error = Histogram(
+        "kvbench_sim_token_timing_error_seconds",
+        "Wall time between a streamed token's write and its virtual due time, early or late (a step's burst of "
+        "writes is centred on the due time)",
+        buckets=timing_buckets,
         registry=metrics.registry,
     )
     tier_chunks = Gauge(
@@ -298,11 +320,12 @@ def build_app(
     )
     counter = {"n": 0}
 
-    def observe_lateness(samples: list[float]) -> None:
-        for late in samples:
-            lateness.observe(late)
+    def observe_timing(samples: list[float]) -> None:
+        for error in samples:
+            lateness.observe(max(0.0, error))
+            timing_error.observe(abs(error))
 
-    paced.on_lateness = observe_lateness
+    paced.on_timing = observe_timing
     paced.on_transfer = metrics.kv_transfer
 
     async def health(_: web.Request) -> web.Response:
