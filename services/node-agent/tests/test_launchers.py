@@ -158,3 +158,73 @@ async def test_engines_of_two_machines_share_the_stacks_store(tmp_path: Path) ->
     finally:
         await first.stop(head)
         await second.stop(late)
+
+
+async def _tier_chunks(http: object, url: str, tier: str, want: int, timeout_s: float = 20.0) -> float:
+    """The engine's ``kvbench_sim_tier_chunks`` for ``tier`` once it reaches ``want`` (or the timeout)."""
+    import asyncio  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import aiohttp  # noqa: PLC0415
+
+    assert isinstance(http, aiohttp.ClientSession)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with http.get(url) as response:
+            value = parse_samples(await response.text()).get(f'kvbench_sim_tier_chunks{{tier="{tier}"}}', 0.0)
+        if value >= want or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("stack", "sizing", "tier"),
+    [
+        ("vllm-lmcache-mp", {"host_memory_gb": 10, "disk_tier_gb": 50, "disk_tier_path": "/mnt/nvme/lmcache"}, "disk"),
+        ("vllm-native-shared-fs", {"host_memory_gb": 10, "shared_mount_path": "/mnt/kv"}, "shared"),
+    ],
+)
+async def test_a_restarted_stack_finds_its_file_tiers_records(
+    tmp_path: Path, stack: str, sizing: dict[str, object], tier: str
+) -> None:
+    """A stack restarted within the run (cache_state: empty, a lost engine) starts with empty GPU and host tiers
+    but finds what its disk tier or shared filesystem stored, and serves the prompt from there; a new run starts
+    with none."""
+    import aiohttp  # noqa: PLC0415
+
+    first = command(stack).model_copy(
+        update={
+            "sizing": sizing,
+            "sim": {"gpu": "H100", "speed": 4.0, "machines": 1},
+            "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}],
+        }
+    )
+    launcher = SimLauncher("n0", tmp_path, health_timeout_s=60)
+    prompt = " ".join(f"doc{i}" for i in range(3000))
+    body = {"model": "Qwen/Qwen3-8B", "prompt": prompt, "max_tokens": 2}
+    async with aiohttp.ClientSession() as http:
+        deployment = await launcher.start(first)
+        try:
+            engine = deployment.endpoints[0]
+            async with http.post(engine.base_url + "/v1/completions", json=body) as response:
+                assert (await response.json())["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            assert await _tier_chunks(http, engine.metrics_url, tier, 11) == 11  # 11 whole 256-token chunks
+        finally:
+            await launcher.stop(deployment)
+
+        again = await launcher.start(first.model_copy(update={"deployment_id": "D2"}))
+        try:
+            engine = again.endpoints[0]
+            assert await _tier_chunks(http, engine.metrics_url, tier, 11) == 11
+            assert await _tier_chunks(http, engine.metrics_url, "host", 0, timeout_s=0) == 0
+            async with http.post(engine.base_url + "/v1/completions", json=body) as response:
+                cached = (await response.json())["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert cached == 2816  # all from the file tier: the GPU and host tiers started empty
+        finally:
+            await launcher.stop(again)
+
+        other_run = await launcher.start(first.model_copy(update={"deployment_id": "D3", "run_id": "R2"}))
+        try:
+            assert await _tier_chunks(http, other_run.endpoints[0].metrics_url, tier, 1, timeout_s=1) == 0
+        finally:
+            await launcher.stop(other_run)

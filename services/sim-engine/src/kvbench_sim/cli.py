@@ -7,12 +7,14 @@ import asyncio
 import json
 import logging
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
 from kvbench_sim import router, store
 from kvbench_sim.engine import Engine
 from kvbench_sim.profiles import EngineConfig, Profile, load_profile
+from kvbench_sim.records import TierRecords, file_backed, keep_while_serving, tier_signature
 from kvbench_sim.server import PacedEngine, build_app
 from kvbench_sim.stacks import layout_for
 from kvbench_sim.tiers import Link
@@ -53,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
         "--shared-store",
         default=None,
         help="ws://HOST:PORT/ws of the shared store process (kvbench_sim store) behind this stack's shared tier",
+    )
+    serve.add_argument(
+        "--records-dir",
+        default=None,
+        help="directory where this engine's file-backed tiers (a disk tier; a shared filesystem it owns) keep their "
+        "records, so a restarted engine finds them",
     )
     serve.add_argument(
         "--layout",
@@ -151,6 +159,8 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
         app.on_cleanup.append(disconnect)
     elif shared:
         log.info("the %s tier is this engine's own (no --shared-store given)", shared[0].name)
+    if args.records_dir:
+        _keep_records(app, engine, Path(args.records_dir), args.model, owned_shared=not args.shared_store)
     try:
         import uvloop  # noqa: PLC0415  (optional speed-up)
 
@@ -161,3 +171,17 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
     web.run_app(
         app, host=args.host, port=args.port, print=None, access_log=None, handle_signals=True, shutdown_timeout=1.0
     )
+
+
+def _keep_records(app: web.Application, engine: Engine, directory: Path, model: str, owned_shared: bool) -> None:
+    """Restore the file-backed tiers' records now; keep writing them while serving."""
+    kept: list[TierRecords] = []
+    for tier in engine.tiers:
+        if file_backed(tier) and (owned_shared or not tier.config.store_id):
+            records = TierRecords(directory, tier, tier_signature(tier, model))
+            log.info("%s tier: %d records found in %s", tier.name, records.restore(), records.path)
+            kept.append(records)
+    if not kept:
+        log.info("--records-dir: this stack has no file-backed tier; nothing to keep")
+        return
+    keep_while_serving(app, kept)

@@ -22,6 +22,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,6 +30,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kvbench_sim.records import TierRecords, keep_while_serving
 from kvbench_sim.tiers import Tier
 
 __all__ = ["SharedIndex", "StoreClient", "build_store", "main"]
@@ -45,6 +47,7 @@ class SharedIndex:
         self.capacity = capacity_chunks
         self.chunks: OrderedDict[int, None] = OrderedDict()
         self.evictions = 0
+        self.changes = 0  # bumped on every change of the index or its order (what a records file follows)
 
     def add(self, hashes: Sequence[int]) -> tuple[list[int], list[int]]:
         """Store ``hashes``; returns (the new ones, the ones evicted to make room)."""
@@ -60,6 +63,7 @@ class SharedIndex:
                 self.evictions += 1
             self.chunks[h] = None
             added.append(h)
+        self.changes += 1
         # a hash added and evicted within one call (more new chunks than the capacity) is neither
         added_here = set(added)
         return [h for h in added if h in self.chunks], [h for h in evicted if h not in added_here]
@@ -68,6 +72,16 @@ class SharedIndex:
         for h in hashes:
             if h in self.chunks:
                 self.chunks.move_to_end(h)
+        self.changes += 1
+
+    def index(self) -> list[int]:
+        return list(self.chunks)
+
+    def restore(self, hashes: Sequence[int]) -> int:
+        """Hold ``hashes`` (least recently used first; the most recent ones when they exceed the capacity)."""
+        self.chunks = OrderedDict.fromkeys(list(hashes)[-self.capacity :])
+        self.changes += 1
+        return len(self.chunks)
 
 
 def build_store(index: SharedIndex) -> web.Application:
@@ -184,9 +198,24 @@ def add_parser(sub: Any) -> None:
     store.add_argument("--host", default="127.0.0.1")
     store.add_argument("--port", type=int, required=True)
     store.add_argument("--capacity-chunks", type=int, required=True)
+    store.add_argument(
+        "--records-dir",
+        default=None,
+        help="a file-backed pool (a shared filesystem): keep the index here, so a restarted store finds it",
+    )
+    store.add_argument(
+        "--records-signature",
+        default="{}",
+        help="JSON: what must agree for kept records to be used (tier, model, chunk tokens and bytes)",
+    )
 
 
 def main(args: Any) -> None:
     index = SharedIndex(args.capacity_chunks)
     log.info("shared store: %d chunks", index.capacity)
-    web.run_app(build_store(index), host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=1.0)
+    app = build_store(index)
+    if args.records_dir:
+        records = TierRecords(Path(args.records_dir), index, json.loads(args.records_signature))
+        log.info("shared store: %d records found in %s", records.restore(), records.path)
+        keep_while_serving(app, [records])
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=1.0)

@@ -102,6 +102,7 @@ class Tier:
         self.evictions = 0
         self.stored_tokens = 0
         self.loaded_tokens = 0
+        self.changes = 0  # bumped whenever the index or its order changes (what a records file must follow)
         # a tier whose index lives in a store process (server mode): told what this engine stored and hit
         self.on_commit: Callable[[list[int]], None] | None = None
         self.on_touch: Callable[[list[int]], None] | None = None
@@ -120,12 +121,14 @@ class Tier:
         for h in chunk_hashes:
             if h in self._chunks:
                 self._chunks.move_to_end(h)
+        self.changes += 1
         if self.on_touch is not None and chunk_hashes:
             self.on_touch(list(chunk_hashes))
 
     def mirror(self, chunk_hashes: Sequence[int], exactly: bool = False) -> None:
         """Chunks the shared store holds (stored by any engine) become visible here; ``exactly``: the store's whole
         index, replacing what was mirrored (after a reconnect, evictions missed meanwhile must not look like hits)."""
+        self.changes += 1
         if exactly:
             self._chunks = OrderedDict.fromkeys(chunk_hashes)
             return
@@ -137,6 +140,7 @@ class Tier:
         for h in chunk_hashes:
             if self._chunks.pop(h, 0) is None:
                 self.evictions += 1
+        self.changes += 1
 
     # -- transfers --------------------------------------------------------------------------------
     def transfer_latency_s(self, chunks: int) -> float:
@@ -173,6 +177,8 @@ class Tier:
             self._chunks[h] = None
             self.stored_tokens += self.chunk_tokens
             new.append(h)
+        if new:
+            self.changes += 1
         if self.on_commit is not None and new:
             self.on_commit(new)
 
@@ -180,6 +186,19 @@ class Tier:
         self._chunks.clear()
         self._pending.clear()
         self.link.flows.clear()
+        self.changes += 1
+
+    def index(self) -> list[int]:
+        """The chunk hashes held, least recently used first."""
+        return list(self._chunks)
+
+    def restore(self, chunk_hashes: Sequence[int]) -> int:
+        """Hold ``chunk_hashes`` (least recently used first), as a new process finds a file tier's records; beyond
+        the capacity only the most recent stay. Returns how many are held."""
+        kept = list(chunk_hashes)[-self.capacity_chunks :]
+        self._chunks = OrderedDict.fromkeys(kept)
+        self.changes += 1
+        return len(self._chunks)
 
     @property
     def chunks(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from kvbench_node_agent.launchers.base import (
     wait_healthy,
 )
 from kvbench_sim.profiles import load_profile
+from kvbench_sim.records import file_backed, tier_signature
 from kvbench_sim.router import POLICIES
 from kvbench_sim.stacks import SIM_STACKS, layout_for
 from kvbench_sim.tiers import Tier
@@ -55,8 +57,9 @@ def store_port(command: StartStack) -> int:
     return 20000 + int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % 10000
 
 
-def sim_store_argv(port: int, capacity_chunks: int) -> list[str]:
-    return [
+def sim_store_argv(port: int, capacity_chunks: int, records: tuple[Path, dict[str, object]] | None = None) -> list[str]:
+    """``records``: for a file-backed pool, where it keeps its index and what must agree for the index to be used."""
+    argv = [
         sys.executable,
         "-m",
         "kvbench_sim",
@@ -66,6 +69,17 @@ def sim_store_argv(port: int, capacity_chunks: int) -> list[str]:
         "--capacity-chunks",
         str(capacity_chunks),
     ]
+    if records is not None:
+        argv += ["--records-dir", str(records[0]), "--records-signature", json.dumps(records[1])]
+    return argv
+
+
+def records_dir(state_dir: Path, command: StartStack, owner: str, path: str | None) -> Path:
+    """Where a simulated file tier keeps its records: per run (a run starts with none, as a freshly cleaned disk
+    would), per machine (``owner``; "shared" for a shared filesystem) and per configured path, so a stack restarted
+    within the run (cache_state: empty, a lost engine) finds what it stored, as LMCache finds its disk records."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", (path or "default").strip("/")) or "default"
+    return state_dir / "sim-records" / command.run_id / owner / slug
 
 
 def sim_engine_argv(command: StartStack, port: int, pd_role: str | None = None) -> list[str]:
@@ -119,6 +133,11 @@ class SimLauncher:
         store_url = await self._shared_store(deployment, command)
         if store_url:
             argv += ["--shared-store", store_url]
+        layout = layout_for(_layout(command)["workload"], command.sim or {})
+        if any(t.name == "disk" for t in layout.engine.tiers):
+            disk = records_dir(self._state_dir, command, self._node_id, command.sizing.get("disk_tier_path"))
+            argv += ["--records-dir", str(disk)]
+            deployment.facts["disk_records"] = str(disk)
         await self._engine(deployment, command, argv, port, "engine0", "both")
         deployment.facts["engine_argv"] = " ".join(argv[1:])
         return deployment
@@ -135,8 +154,14 @@ class SimLauncher:
             return f"ws://127.0.0.1:{port}/ws"
         profile = load_profile(str((command.sim or {}).get("gpu", "L40S")), command.model, layout.engine)
         tier = Tier(shared[0], profile.block_size, profile.model.kv_bytes_per_token, profile.state_bytes_per_block)
+        records = None
+        if file_backed(tier):
+            mount = records_dir(self._state_dir, command, "shared", command.sizing.get("shared_mount_path"))
+            records = (mount, tier_signature(tier, command.model))
+            deployment.facts["shared_records"] = str(mount)
         try:
-            await self._process(deployment, command, "store", sim_store_argv(port, tier.capacity_chunks), port)
+            argv = sim_store_argv(port, tier.capacity_chunks, records)
+            await self._process(deployment, command, "store", argv, port)
         except LaunchError as exc:
             raise LaunchError(f"the shared store could not listen on port {port}: {exc}") from None
         deployment.facts["shared_store"] = f"{shared[0].store_id}, {tier.capacity_chunks} chunks, port {port}"
