@@ -228,3 +228,57 @@ async def test_a_restarted_stack_finds_its_file_tiers_records(
             assert await _tier_chunks(http, other_run.endpoints[0].metrics_url, tier, 1, timeout_s=1) == 0
         finally:
             await launcher.stop(other_run)
+
+
+async def test_engines_loading_from_the_store_at_once_share_its_bandwidth(tmp_path: Path) -> None:
+    """Valkey's 2 GB/s is the pool's, not each engine's: a prompt stored by one machine and loaded by two others at
+    once takes each of them about twice as long to load as one engine loading alone (the engines' own TTFT, in
+    virtual time)."""
+    import asyncio  # noqa: PLC0415
+
+    import aiohttp  # noqa: PLC0415
+
+    names = ["n0", "n1", "n2"]
+    shared = command("vllm-lmcache-valkey").model_copy(
+        update={
+            "sim": {"gpu": "H100", "speed": 1.0, "machines": 3},
+            "pool": [{"name": n, "host": "127.0.0.1", "gpus": 1} for n in names],
+        }
+    )
+    launchers = [SimLauncher(n, tmp_path, health_timeout_s=60) for n in names]
+    deployments = [await launcher.start(shared) for launcher in launchers]
+    writer, a, b = (d.endpoints[0] for d in deployments)
+    try:
+        assert "2 GB/s shared" in deployments[0].facts["shared_store"]
+
+        def body(tag: str) -> dict[str, object]:
+            return {"model": "Qwen/Qwen3-8B", "prompt": " ".join(f"{tag}{i}" for i in range(3000)), "max_tokens": 1}
+
+        async with aiohttp.ClientSession() as http:
+
+            async def ask(url: str, tag: str) -> None:
+                async with http.post(url + "/v1/completions", json=body(tag)) as response:
+                    assert (await response.json())["usage"]["prompt_tokens_details"]["cached_tokens"] in (0, 2816)
+
+            async def ttft_sum(metrics_url: str) -> float:
+                async with http.get(metrics_url) as response:
+                    samples = parse_samples(await response.text())
+                return samples.get('vllm:time_to_first_token_seconds_sum{engine="0"}', 0.0)
+
+            for tag in ("alone", "both"):
+                await ask(writer.base_url, tag)
+            for engine in (a, b):  # both documents reached the store and every engine's mirror
+                assert await _tier_chunks(http, engine.metrics_url, "shared", 22) == 22
+            before = await ttft_sum(b.metrics_url)
+            await ask(b.base_url, "alone")
+            alone = await ttft_sum(b.metrics_url) - before
+            before_a, before_b = await ttft_sum(a.metrics_url), await ttft_sum(b.metrics_url)
+            await asyncio.gather(ask(a.base_url, "both"), ask(b.base_url, "both"))
+            together = [await ttft_sum(a.metrics_url) - before_a, await ttft_sum(b.metrics_url) - before_b]
+        load_alone = 2816 * 147_456 / 2e9  # 0.21 s of the TTFT
+        assert alone == pytest.approx(load_alone, abs=0.06)
+        for ttft in together:
+            assert ttft == pytest.approx(2 * load_alone, abs=0.08)
+    finally:
+        for launcher, deployment in zip(launchers, deployments, strict=True):
+            await launcher.stop(deployment)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -88,3 +89,77 @@ async def test_an_engine_that_reconnects_forgets_what_was_evicted_while_it_was_a
     finally:
         await first.stop()
         await server.close()
+
+
+async def _through_after(link: object, started: float, timeout_s: float = 5.0) -> float:
+    """Virtual seconds from ``started`` until the store said the link's flow was through."""
+    from kvbench_sim.store import StoreLink  # noqa: PLC0415
+
+    assert isinstance(link, StoreLink)
+    await _until(lambda: bool(link._through), timeout_s)
+    assert link._through, "the store never said the flow was through"
+    finished = link._through[0].finished_at
+    assert finished is not None
+    return finished - started
+
+
+async def test_the_store_shares_its_bandwidth_between_engines_flows() -> None:
+    """1 GB/s for the pool: a 102.4 MB load alone takes 0.1 s; two engines loading at once take 0.2 s each, as
+    batch mode's engines sharing one tier do."""
+    import time  # noqa: PLC0415
+
+    from kvbench_sim.store import FlowPacer  # noqa: PLC0415
+
+    server = TestServer(build_store(SharedIndex(1000), FlowPacer(1e9)))
+    await server.start_server()
+    url = str(server.make_url("/ws"))
+    t0 = time.monotonic()
+    tiers = [_tier(), _tier()]
+    clients = [StoreClient(url, t, virtual_at=lambda at: at - t0) for t in tiers]
+    for client in clients:
+        client.start()
+    try:
+        await asyncio.gather(*(c.connected.wait() for c in clients))
+        await _until(lambda: all(c.link is not None and c.link.remote for c in clients))
+        alone = time.monotonic() - t0
+        tiers[0].load(alone, 400, "load", None)  # 400 chunks of 256 kB
+        assert await _through_after(clients[0].link, alone) == pytest.approx(0.1024, abs=0.01)
+        clients[0].link._through.clear()  # type: ignore[union-attr]
+        together = time.monotonic() - t0
+        for tier in tiers:
+            tier.load(together, 400, "load", None)
+        for client in clients:
+            assert await _through_after(client.link, together) == pytest.approx(0.2048, abs=0.015)
+        async with aiohttp.ClientSession() as http, http.get(str(server.make_url("/metrics"))) as response:
+            metrics = await response.text()
+        assert "kvbench_sim_store_bytes_total 3.072e+08" in metrics
+    finally:
+        for client in clients:
+            await client.stop()
+        await server.close()
+
+
+async def test_flows_in_flight_when_the_store_goes_away_land_on_the_engines_own_link() -> None:
+    import time  # noqa: PLC0415
+
+    from kvbench_sim.store import FlowPacer  # noqa: PLC0415
+
+    server = TestServer(build_store(SharedIndex(1000), FlowPacer(1e6)))  # 1 MB/s: the flow outlasts the store
+    await server.start_server()
+    t0 = time.monotonic()
+    tier = _tier()
+    client = StoreClient(str(server.make_url("/ws")), tier, virtual_at=lambda at: at - t0)
+    client.start()
+    try:
+        await client.connected.wait()
+        await _until(lambda: client.link is not None and client.link.remote)
+        transfer = tier.load(time.monotonic() - t0, 4, "load", None)  # 1 MB: a second through the store
+        await server.close()
+        await _until(lambda: client.link is not None and not client.link.remote)
+        assert client.link is not None
+        assert not client.link.remote
+        now = time.monotonic() - t0
+        assert transfer in client.link.flows  # timed here now, at the tier's own 10 GB/s
+        assert client.link.landed(now + 0.01) == [transfer]
+    finally:
+        await client.stop()

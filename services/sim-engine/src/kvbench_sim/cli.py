@@ -147,7 +147,7 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
         if not shared:
             sys.stderr.write("kvbench-sim: --shared-store: this stack has no shared tier\n")
             raise SystemExit(2)
-        client = store.StoreClient(args.shared_store, shared[0])
+        client = store.StoreClient(args.shared_store, shared[0], virtual_at=paced.virtual_at, wake=paced.wake)
 
         async def connect(_: web.Application) -> None:
             client.start()

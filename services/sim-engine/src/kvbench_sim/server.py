@@ -60,6 +60,14 @@ class PacedEngine:
     def now_s(self) -> float:
         return (time.monotonic() - self._t0) * self.speed
 
+    def virtual_at(self, monotonic_s: float) -> float:
+        """This engine's virtual time at monotonic time ``monotonic_s``."""
+        return (monotonic_s - self._t0) * self.speed
+
+    def wake(self) -> None:
+        """Something this engine waits for happened elsewhere (a store said a transfer is through)."""
+        self._wake.set()
+
     def due_wall(self, virtual_s: float) -> float:
         """The monotonic wall time at which something due at ``virtual_s`` should happen."""
         return self._t0 + virtual_s / self.speed
@@ -388,10 +396,13 @@ def build_app(
             queue = paced.submit(sim_req)
             while True:
                 event = await queue.get()
+                if event.index == 0:  # the engine's view, streamed or not (as vLLM's own histograms)
+                    metrics.ttft.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
                 if event.finished:
                     break
             text = " " + " ".join(words[: sim_req.output])
-            metrics.e2e.labels(model, "0").observe(paced.now_s() - sim_req.arrival_s)
+            metrics.e2e.labels(model, "0").observe(event.time_s - sim_req.arrival_s)
+            metrics.success.labels(model, "0", "length").inc()
             message: dict[str, Any] = (
                 {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
                 if chat

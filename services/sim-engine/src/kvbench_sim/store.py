@@ -3,25 +3,33 @@
 In batch mode engines of one cluster share one ``Tier`` object. Served engines are separate processes, so the
 pool's index lives in a store process: it keeps the chunk hashes every engine has stored, evicts the least
 recently used beyond its capacity, and tells every connected engine what was added and evicted. Each engine
-keeps a mirror of that index for its lookups (as an engine asks the store's master before loading), and still
-times its own loads and stores on its own link to the store; the store's aggregate bandwidth is not modelled.
+keeps a mirror of that index for its lookups (as an engine asks the store's master before loading).
+
+The store also times every engine's loads and stores on the pool's one link (``--bandwidth-gbps``, processor
+sharing, paced to the wall clock at ``--speed``), as batch mode's engines share one ``Tier``: two engines loading
+at once each get half the store's bandwidth. An engine adds its own per-transfer latency once the store says a
+flow is through; until a store that paces answers (or after it went away), an engine times flows itself.
 
 Chunk hashes are Python hashes of the prompt's words: engines that share a store must hash alike, so the
 launcher starts them with the same ``PYTHONHASHSEED``.
 
 Protocol, JSON over one WebSocket per engine (``/ws``): engine -> store ``{"add": [h...]}`` (stores that
-landed), ``{"touch": [h...]}`` (hits); store -> engine ``{"add": [...]}``, ``{"evict": [...]}`` (a new engine
-first gets every stored hash).
+landed), ``{"touch": [h...]}`` (hits), ``{"flow": [id, bytes]}`` (a transfer to time); store -> engine ``{"add":
+[...]}``, ``{"evict": [...]}``, ``{"through": [[id, monotonic seconds], ...]}`` (flows that passed, and when: the
+processes share a host's monotonic clock). A new engine first gets every stored hash, and ``"pacing": true`` when
+the store times flows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +39,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kvbench_sim.records import TierRecords, keep_while_serving
-from kvbench_sim.tiers import Tier
+from kvbench_sim.tiers import Link, Tier, Transfer
 
-__all__ = ["SharedIndex", "StoreClient", "build_store", "main"]
+__all__ = ["FlowPacer", "SharedIndex", "StoreClient", "StoreLink", "build_store", "main"]
 
 log = logging.getLogger("kvbench_sim.store")
 
@@ -84,12 +92,69 @@ class SharedIndex:
         return len(self.chunks)
 
 
-def build_store(index: SharedIndex) -> web.Application:
+class FlowPacer:
+    """The pool's one link: every engine's flows share its bandwidth, in virtual time paced to the wall clock."""
+
+    def __init__(self, bytes_per_s: float, speed: float = 1.0) -> None:
+        if bytes_per_s <= 0 or speed <= 0:
+            raise ValueError("bandwidth and speed must be positive")
+        self.link = Link("store", bytes_per_s)
+        self.speed = speed
+        self._t0 = time.monotonic()
+        self._wake = asyncio.Event()
+
+    def now_s(self) -> float:
+        return (time.monotonic() - self._t0) * self.speed
+
+    def start(self, owner: object, flow: int, size: float) -> None:
+        self.link.start(self.now_s(), Transfer((owner, flow), size, 0.0))
+        self._wake.set()
+
+    def drop(self, owner: object) -> None:
+        """An engine went away: its flows stop taking bandwidth."""
+        self.link.flows = [f for f in self.link.flows if not (isinstance(f.key, tuple) and f.key[0] is owner)]
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.link.flows)
+
+    async def run(self, through: Callable[[object, list[list[float]]], object]) -> None:
+        """Tell each flow's owner when it is through: ``through(owner, [[flow, monotonic time], ...])``."""
+        while True:
+            now = self.now_s()
+            done: dict[int, tuple[object, list[list[float]]]] = {}
+            for transfer in self.link.landed(now):
+                assert isinstance(transfer.key, tuple)
+                assert transfer.finished_at is not None
+                owner, flow = transfer.key
+                at = self._t0 + transfer.finished_at / self.speed
+                done.setdefault(id(owner), (owner, []))[1].append([flow, at])
+            for owner, flows in done.values():
+                through(owner, flows)
+            upcoming = self.link.next_done_s(now)
+            self._wake.clear()
+            timeout = None if upcoming is None else max(0.0, (upcoming - now) / self.speed)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+
+def build_store(index: SharedIndex, pacer: FlowPacer | None = None) -> web.Application:
+    """``pacer``: time engines' flows on the pool's one link (without it, each engine times its own)."""
     registry = CollectorRegistry(auto_describe=True)
     stored = Gauge("kvbench_sim_store_chunks", "Chunks held", registry=registry)
     engines = Gauge("kvbench_sim_store_engines", "Engines connected", registry=registry)
     evictions = Counter("kvbench_sim_store_evictions", "Chunks evicted", registry=registry)
+    moved = Counter("kvbench_sim_store_bytes", "Bytes of engines' loads and stores timed on the store's link",
+                    registry=registry)  # fmt: skip
+    flows = Gauge("kvbench_sim_store_flows", "Engines' transfers in flight on the store's link", registry=registry)
     peers: set[web.WebSocketResponse] = set()
+    outboxes: dict[web.WebSocketResponse, asyncio.Queue[str]] = {}
+
+    def through(owner: object, done: list[list[float]]) -> None:
+        outbox = outboxes.get(owner) if isinstance(owner, web.WebSocketResponse) else None
+        if outbox is not None:
+            outbox.put_nowait(json.dumps({"through": done}))
 
     async def broadcast(message: dict[str, list[int]]) -> None:
         text = json.dumps(message)
@@ -97,16 +162,28 @@ def build_store(index: SharedIndex) -> web.Application:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await peer.send_str(text)
 
+    async def send_through(socket: web.WebSocketResponse, outbox: asyncio.Queue[str]) -> None:
+        while True:
+            text = await outbox.get()
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await socket.send_str(text)
+
     async def ws(request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse(heartbeat=10, max_msg_size=0)
         await socket.prepare(request)
-        await socket.send_str(json.dumps({"add": list(index.chunks)}))
+        await socket.send_str(json.dumps({"add": list(index.chunks), "pacing": pacer is not None}))
         peers.add(socket)
+        outboxes[socket] = asyncio.Queue()
+        sender = asyncio.create_task(send_through(socket, outboxes[socket]))
         try:
             async for message in socket:
                 if message.type != aiohttp.WSMsgType.TEXT:
                     continue
                 body: dict[str, Any] = json.loads(message.data)
+                if body.get("flow") and pacer is not None:
+                    flow, size = body["flow"]
+                    pacer.start(socket, int(flow), float(size))
+                    moved.inc(float(size))
                 if body.get("touch"):
                     index.touch([int(h) for h in body["touch"]])
                 if body.get("add"):
@@ -118,6 +195,10 @@ def build_store(index: SharedIndex) -> web.Application:
                         await broadcast({"add": added})
         finally:
             peers.discard(socket)
+            outboxes.pop(socket, None)
+            sender.cancel()
+            if pacer is not None:
+                pacer.drop(socket)
         return socket
 
     async def health(_: web.Request) -> web.Response:
@@ -126,27 +207,122 @@ def build_store(index: SharedIndex) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
         stored.set(len(index.chunks))
         engines.set(len(peers))
+        flows.set(pacer.in_flight if pacer is not None else 0)
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def close_peers(_: web.Application) -> None:
+        # engines hear the store is going at once (and time their flows themselves), not at the next heartbeat
+        for peer in list(peers):
+            await peer.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"store stopping")
 
     app = web.Application()
     app.add_routes([web.get("/ws", ws), web.get("/health", health), web.get("/metrics", metrics)])
+    app.on_shutdown.append(close_peers)
+    if pacer is not None:
+        pacing: list[asyncio.Task[None]] = []
+
+        async def start_pacing(_: web.Application) -> None:
+            pacing.append(asyncio.create_task(pacer.run(through), name="sim-store-pacer"))
+
+        async def stop_pacing(_: web.Application) -> None:
+            for task in pacing:
+                task.cancel()
+            await asyncio.gather(*pacing, return_exceptions=True)
+
+        app.on_startup.append(start_pacing)
+        app.on_cleanup.append(stop_pacing)
     return app
 
 
+class StoreLink(Link):
+    """A shared tier's link in server mode: flows are timed by the store on the pool's one link while a pacing store
+    is connected (``remote``), here at the same bandwidth otherwise; this engine adds each transfer's latency."""
+
+    def __init__(self, name: str, bytes_per_s: float, virtual_at: Callable[[float], float],
+                 send: Callable[[int, float], None], wake: Callable[[], None]) -> None:  # fmt: skip
+        super().__init__(name, bytes_per_s)
+        self._virtual_at = virtual_at  # a monotonic time -> this engine's virtual time
+        self._send = send
+        self._wake = wake
+        self._ids = itertools.count()
+        self._remote: dict[int, Transfer] = {}  # flows the store is timing
+        self._through: list[Transfer] = []  # flows the store said are through, waiting out their latency
+        self.remote = False
+
+    def start(self, now_s: float, transfer: Transfer) -> None:
+        if not self.remote or transfer.remaining_bytes <= 0:
+            super().start(now_s, transfer)
+            return
+        flow = next(self._ids)
+        self.bytes_moved += transfer.remaining_bytes
+        self._remote[flow] = transfer
+        self._send(flow, transfer.remaining_bytes)
+
+    def through(self, flows: Sequence[Sequence[float]]) -> None:
+        """The store says these flows passed, at these monotonic times."""
+        for flow, at in flows:
+            transfer = self._remote.pop(int(flow), None)
+            if transfer is not None:
+                transfer.remaining_bytes = 0.0
+                transfer.finished_at = self._virtual_at(at)
+                self._through.append(transfer)
+        self._wake()
+
+    def fall_back(self, now_s: float) -> None:
+        """The store went away: the flows it was timing go on here, whole (how much had moved is not known)."""
+        self.remote = False
+        for transfer in self._remote.values():
+            self.bytes_moved -= transfer.remaining_bytes  # counted when it started
+            super().start(now_s, transfer)
+        self._remote.clear()
+        self._wake()
+
+    def next_done_s(self, now_s: float) -> float | None:
+        best = super().next_done_s(now_s)
+        for transfer in self._through:
+            assert transfer.finished_at is not None
+            at = transfer.finished_at + transfer.latency_s
+            best = at if best is None else min(best, at)
+        return best
+
+    def landed(self, now_s: float) -> list[Transfer]:
+        done = super().landed(now_s)
+        if self._through:
+            ready = [t for t in self._through if (t.finished_at or 0.0) + t.latency_s <= now_s + 1e-12]
+            if ready:
+                self._through = [t for t in self._through if t not in ready]
+                done = [*done, *ready]
+        return done
+
+
 class StoreClient:
-    """An engine's side: mirrors the store's index into its shared ``Tier`` and reports what it stores and hits.
+    """An engine's side: mirrors the store's index into its shared ``Tier`` and reports what it stores and hits;
+    with ``virtual_at`` (a monotonic time -> the engine's virtual time) and ``wake`` (rouse the engine's pacer),
+    the tier's transfers are timed by a store that paces them.
 
     Until the store answers (it may start after the engine), the tier holds only what this engine stored."""
 
-    def __init__(self, url: str, tier: Tier) -> None:
+    def __init__(self, url: str, tier: Tier, virtual_at: Callable[[float], float] | None = None,
+                 wake: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.url = url
         self.tier = tier
-        self._outbox: asyncio.Queue[dict[str, list[int]]] = asyncio.Queue()
+        self._outbox: asyncio.Queue[dict[str, list[int] | list[float]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         tier.capacity_chunks = 1 << 62  # the store evicts, and says so
         tier.on_commit = lambda hashes: self._outbox.put_nowait({"add": list(hashes)})
         tier.on_touch = lambda hashes: self._outbox.put_nowait({"touch": list(hashes)})
+        self.link: StoreLink | None = None
+        if virtual_at is not None:
+            self._virtual_at = virtual_at
+            self.link = StoreLink(
+                tier.link.name,
+                tier.link.bytes_per_s,
+                virtual_at,
+                lambda flow, size: self._outbox.put_nowait({"flow": [flow, size]}),
+                wake or (lambda: None),
+            )
+            tier.link = self.link
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sim-store-client")
@@ -176,6 +352,8 @@ class StoreClient:
                 except (aiohttp.ClientError, OSError) as exc:
                     log.debug("shared store %s not reachable: %s", self.url, exc)
                 self.connected.clear()
+                if self.link is not None and self.link.remote:
+                    self.link.fall_back(self._virtual_at(time.monotonic()))
                 await asyncio.sleep(0.5)
 
     async def _send(self, socket: aiohttp.ClientWebSocketResponse) -> None:
@@ -183,10 +361,14 @@ class StoreClient:
             message = await self._outbox.get()
             await socket.send_str(json.dumps(message))
 
-    def _apply(self, body: dict[str, list[int]], snapshot: bool = False) -> None:
+    def _apply(self, body: dict[str, Any], snapshot: bool = False) -> None:
         if snapshot:
             self.tier.mirror(body.get("add") or [], exactly=True)
+            if self.link is not None and body.get("pacing"):
+                self.link.remote = True
             return
+        if body.get("through") and self.link is not None:
+            self.link.through(body["through"])
         if body.get("evict"):
             self.tier.forget(body["evict"])
         if body.get("add"):
@@ -198,6 +380,15 @@ def add_parser(sub: Any) -> None:
     store.add_argument("--host", default="127.0.0.1")
     store.add_argument("--port", type=int, required=True)
     store.add_argument("--capacity-chunks", type=int, required=True)
+    store.add_argument(
+        "--bandwidth-gbps",
+        type=float,
+        default=None,
+        help="GB/s of the pool's link: time every engine's loads and stores on it (default: each engine times its own)",
+    )
+    store.add_argument(
+        "--speed", type=float, default=1.0, help="virtual seconds per wall-clock second (as the engines)"
+    )
     store.add_argument(
         "--records-dir",
         default=None,
@@ -212,8 +403,10 @@ def add_parser(sub: Any) -> None:
 
 def main(args: Any) -> None:
     index = SharedIndex(args.capacity_chunks)
-    log.info("shared store: %d chunks", index.capacity)
-    app = build_store(index)
+    pacer = FlowPacer(args.bandwidth_gbps * 1e9, args.speed) if args.bandwidth_gbps else None
+    log.info("shared store: %d chunks; link %s", index.capacity,
+             f"{args.bandwidth_gbps:g} GB/s shared by every engine" if pacer else "timed by each engine")  # fmt: skip
+    app = build_store(index, pacer)
     if args.records_dir:
         records = TierRecords(Path(args.records_dir), index, json.loads(args.records_signature))
         log.info("shared store: %d records found in %s", records.restore(), records.path)

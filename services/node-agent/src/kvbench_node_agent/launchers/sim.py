@@ -57,8 +57,15 @@ def store_port(command: StartStack) -> int:
     return 20000 + int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % 10000
 
 
-def sim_store_argv(port: int, capacity_chunks: int, records: tuple[Path, dict[str, object]] | None = None) -> list[str]:
-    """``records``: for a file-backed pool, where it keeps its index and what must agree for the index to be used."""
+def sim_store_argv(
+    port: int,
+    capacity_chunks: int,
+    bandwidth_gbps: float,
+    speed: float,
+    records: tuple[Path, dict[str, object]] | None = None,
+) -> list[str]:
+    """The pool's store, timing every engine's transfers on its one link; ``records``: for a file-backed pool, where
+    it keeps its index and what must agree for the index to be used."""
     argv = [
         sys.executable,
         "-m",
@@ -69,6 +76,7 @@ def sim_store_argv(port: int, capacity_chunks: int, records: tuple[Path, dict[st
         "--capacity-chunks",
         str(capacity_chunks),
     ]
+    argv += ["--bandwidth-gbps", f"{bandwidth_gbps:g}", "--speed", f"{speed:g}"]
     if records is not None:
         argv += ["--records-dir", str(records[0]), "--records-signature", json.dumps(records[1])]
     return argv
@@ -160,11 +168,14 @@ class SimLauncher:
             records = (mount, tier_signature(tier, command.model))
             deployment.facts["shared_records"] = str(mount)
         try:
-            argv = sim_store_argv(port, tier.capacity_chunks, records)
+            speed = float((command.sim or {}).get("speed", 1.0))
+            argv = sim_store_argv(port, tier.capacity_chunks, shared[0].bw_gbps, speed, records)
             await self._process(deployment, command, "store", argv, port)
         except LaunchError as exc:
             raise LaunchError(f"the shared store could not listen on port {port}: {exc}") from None
-        deployment.facts["shared_store"] = f"{shared[0].store_id}, {tier.capacity_chunks} chunks, port {port}"
+        deployment.facts["shared_store"] = (
+            f"{shared[0].store_id}, {tier.capacity_chunks} chunks, {shared[0].bw_gbps:g} GB/s shared, port {port}"
+        )
         return f"ws://127.0.0.1:{port}/ws"
 
     async def _start_split(self, command: StartStack) -> Deployment:
