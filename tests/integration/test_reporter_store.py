@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from kvbench_contracts.events import JobFinished, JobStarted, RunSubmitted
+from kvbench_contracts.events import EngineSampled, JobFinished, JobStarted, RunSubmitted
 from kvbench_contracts.records import RequestRecord
 from kvbench_reporter.ingest import Ingestor
 from kvbench_reporter.report import build_report
@@ -38,7 +38,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3, 4, 5]
+        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -317,5 +317,46 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         assert second["ports"][0]["if.in_octets_delta"] == 251_000_000  # reads at +30 s and +70 s
         assert "ports_over_engines" not in second  # its engines reported no KV bytes
         assert unbracketed["note"] == "no good reads bracket the job's measured window"
+    finally:
+        await store.close()
+
+
+async def test_a_simulated_clusters_engine_seconds_map_onto_the_wall_clock_scrapes(fresh_database: str) -> None:
+    """Engines paced 10x real time: the job's records say a 2..30 engine-second window, which the engines lived
+    between 0.2 and 3.0 wall seconds after the job started; the engine counters are differenced over that."""
+    from datetime import timedelta  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
+        job = {"job_id": "JT", "workload": "w", "stack": "vllm-prefix-gpu", "load_level": 1, "repeat": 0}
+        started = JobStarted(job_id="JT", run_id="RT", workload="w", shard="lg")
+        done = JobFinished(job_id="JT", run_id="RT", workload="w", shard="lg", records=20, load_duration_s=30,
+                           warmup_s=2, offered_load=1, tokenizer="words", time_scale=10.0)  # fmt: skip
+        await ingestor.control([RunSubmitted(run_id="RT", plan_name="p", plan=plan, jobs=[job]), started, done])
+        await store.insert_records("RT", _records("JT", 20))
+
+        def sample(after_s: float, prompt_tokens: float) -> EngineSampled:
+            return EngineSampled(node_id="n", run_id="RT", engine_id="e", job_id="JT", values={},
+                                 normalized={"prompt_tokens": prompt_tokens},
+                                 occurred_at=started.occurred_at + timedelta(seconds=after_s))  # fmt: skip
+
+        # 100 tokens before the window, 1,000 inside it (0.2..3.0 s), 5,000 after it (had the window been read
+        # as wall seconds, 2..30 s, the delta would be 5,000)
+        await store.insert_engine_samples(
+            [sample(0.1, 100), sample(0.2, 100), sample(3.0, 1100), sample(3.5, 6100), sample(30.0, 6100)]
+        )
+        report = await build_report(store, "RT")
+        assert report is not None
+        Report.model_validate(report)
+        workload = report["workloads"][0]
+        assert workload["time_scale"] == 10.0
+        assert workload["jobs"][0]["time_scale"] == 10.0
+        assert workload["engine_counters"]["prompt_tokens"] == 1000
     finally:
         await store.close()

@@ -141,3 +141,37 @@ async def test_requests_cut_off_at_the_drain_time_are_recorded_as_timeouts() -> 
         assert all(r.error == "timeout" and not r.ok for r in records)
     finally:
         await server.close()
+
+
+async def test_engines_faster_than_real_time_are_driven_and_stamped_in_engine_seconds(
+    mock: tuple[MockServer, Router],
+) -> None:
+    """time_scale 10 (a simulated cluster at speed 10): the mock's 20 ms TTFT is 200 engine ms, a trace scheduled
+    0.5 engine seconds apart leaves 0.05 s apart, and a rate of 20 requests per engine second sends 200 per wall
+    second for the job's 1 engine second (0.1 s of wall time)."""
+    import time  # noqa: PLC0415
+
+    _, router = mock
+
+    def row(i: int) -> Session:
+        s = ReplaySession(f"r{i}", [Turn(prompt="a b c", messages=None, prompt_tokens=3, output_tokens=2)])
+        s.start_at_s = 0.5 * i
+        return s
+
+    it = iter([row(i) for i in range(5)])
+    source = Source("trace_replay", lambda _: next(it, None), [0], finite=True)
+    began = time.monotonic()
+    _, records = await _drive(_config(mode="trace", time_scale=10.0), source, router)
+    assert time.monotonic() - began < 1.0  # 2 engine seconds of schedule, 0.2 s of wall time
+    assert sorted(r.start_s for r in records) == pytest.approx([0.5 * i for i in range(5)], abs=0.15)
+    assert all(r.ttft_s is not None and 0.19 <= r.ttft_s < 0.5 for r in records)
+
+    shared = build_source({"shape": "shared_prompt", "synthetic": {"prefix_tokens": 4, "output_tokens": 2}}, users=1)
+    config = _config(mode="request_rate", load_level=20, duration_s=10.0, seed=7, time_scale=10.0)
+    began = time.monotonic()
+    driver, records = await _drive(config, shared, router)
+    assert time.monotonic() - began < 3.0  # 10 engine seconds: 1 s of wall time, plus the drain
+    assert 140 <= len(records) <= 260  # 200 arrivals in 10 engine seconds, Poisson
+    assert driver.result.load_end_s == 10.0
+    assert max(r.start_s for r in records) <= 10.0
+    assert max(r.start_s for r in records) > 8.0

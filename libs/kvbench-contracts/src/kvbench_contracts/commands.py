@@ -59,3 +59,9 @@ class RunLoad(Envelope):
     shard_index: int = Field(0, ge=0, description="This command's shard of the job's users or sessions")
     shards: int = Field(1, ge=1, description="Load generators sharing the job; it ends when all have finished")
     working_set_ratio: float | None = Field(None, gt=0, description="Distinct contexts x KV / pool GPU KV capacity")
+    time_scale: float = Field(
+        1.0,
+        gt=0,
+        description="Engine seconds per wall-clock second (a simulated cluster's speed): the plan's durations, gaps "
+        "and rates are engine seconds; the load generator paces in them and stamps records in them",
+    )

@@ -170,6 +170,7 @@ class JobFinished(Envelope):
     skipped_arrivals: int = Field(0, description="Rate mode: arrivals that found no session to send")
     replay_lag_p99_s: float | None = Field(None, description="Trace mode: p99 of actual minus scheduled send time")
     notes: list[str] = Field(default_factory=list, description="What the load generator wants the report to say")
+    time_scale: float = Field(1.0, gt=0, description="Engine seconds per wall-clock second of the job's records")
 
 
 class JobFailed(Envelope):

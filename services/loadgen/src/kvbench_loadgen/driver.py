@@ -5,6 +5,10 @@ turn's recorded gap), request rate (Poisson or gamma arrivals; each arrival send
 session that is ready, else opens a new one, else is counted as skipped) and trace (each session's first
 turn at its scheduled time; later turns after their gaps). The driver knows nothing of the bus: the
 service publishes the records, ``kvbench load`` writes them to a file.
+
+``time_scale``: engine seconds per wall-clock second, for simulated engines paced faster than real time. The
+job's durations, gaps, rates and trace times are engine seconds: the driver waits them out divided by the scale
+and stamps records multiplied by it, so a report reads in the engines' time whatever their speed.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ class DriveConfig:
     burstiness: float = 1.0
     max_concurrency: int | None = None
     honor_gaps: bool = True
-    request_timeout_s: float = 600.0
-    drain_timeout_s: float = 120.0
+    request_timeout_s: float = 600.0  # wall-clock
+    drain_timeout_s: float = 120.0  # wall-clock
+    time_scale: float = 1.0  # engine seconds per wall-clock second
 
 
 @dataclass
@@ -73,8 +78,10 @@ def to_record(
     prompt_tokens: int,
     shard: str,
     request_id: str | None = None,
+    time_scale: float = 1.0,
 ) -> RequestRecord:
-    chunk_times = [t - result.t0 for t in result.chunk_times]
+    """``time_scale``: engine seconds per wall-clock second (the record's times are engine seconds)."""
+    chunk_times = [(t - result.t0) * time_scale for t in result.chunk_times]
     output_tokens = result.output_tokens if result.output_tokens is not None else sum(result.chunk_tokens)
     chunk_tokens = list(result.chunk_tokens)
     if output_tokens == len(chunk_tokens):
@@ -85,7 +92,7 @@ def to_record(
         workload=workload,
         session_id=session_id,
         turn=turn,
-        start_s=result.t0 - load_t0,
+        start_s=(result.t0 - load_t0) * time_scale,
         ttft_s=chunk_times[0] if chunk_times else None,
         e2e_s=chunk_times[-1] if chunk_times else None,
         chunk_times_s=chunk_times,
@@ -124,7 +131,12 @@ class Driver:
 
     @property
     def elapsed_s(self) -> float:
-        return time.monotonic() - self.load_t0 if self.load_t0 else 0.0
+        """Engine seconds since the load started."""
+        return (time.monotonic() - self.load_t0) * self.config.time_scale if self.load_t0 else 0.0
+
+    def _wall(self, engine_s: float) -> float:
+        """Wall-clock seconds an engine-time span lasts."""
+        return engine_s / self.config.time_scale
 
     async def run(self) -> DriveResult:
         cfg = self.config
@@ -133,7 +145,7 @@ class Driver:
             self._http = http
             self.load_t0 = time.monotonic()
             bounded = cfg.duration_s > 0
-            self._deadline = self.load_t0 + cfg.duration_s if bounded else float("inf")
+            self._deadline = self.load_t0 + self._wall(cfg.duration_s) if bounded else float("inf")
             if cfg.mode == "request_rate":
                 if not bounded and not self.source.finite:
                     raise ValueError("a request rate on an endless shape needs a length: set traffic.duration_s")
@@ -142,7 +154,8 @@ class Driver:
                 main = asyncio.ensure_future(self._trace())
             else:
                 main = asyncio.ensure_future(self._closed_loop())
-            done, _ = await asyncio.wait([main], timeout=cfg.duration_s + cfg.drain_timeout_s if bounded else None)
+            wait_s = self._wall(cfg.duration_s) + cfg.drain_timeout_s if bounded else None
+            done, _ = await asyncio.wait([main], timeout=wait_s)
             if main not in done:
                 main.cancel()  # requests still running after the drain time are recorded as timeouts
             with contextlib.suppress(asyncio.CancelledError):
@@ -212,6 +225,7 @@ class Driver:
             prompt_tokens=expected,
             shard=cfg.shard,
             request_id=request_id,
+            time_scale=cfg.time_scale,
         )
         self.on_record(record)
         self.result.requests += 1
@@ -228,7 +242,7 @@ class Driver:
     async def _gap(self, seconds: float) -> bool:
         """Wait a session's recorded gap; False when the load ends first."""
         if seconds > 0 and self.config.honor_gaps:
-            await asyncio.sleep(min(seconds, max(0.0, self._deadline - time.monotonic())))
+            await asyncio.sleep(min(self._wall(seconds), max(0.0, self._deadline - time.monotonic())))
         return time.monotonic() < self._deadline
 
     async def _session(self, session: Session) -> None:
@@ -259,7 +273,7 @@ class Driver:
 
     async def _open_loop(self) -> None:
         cfg = self.config
-        rate = max(cfg.load_level / cfg.shards, 1e-9)
+        rate = max(cfg.load_level / cfg.shards, 1e-9) * cfg.time_scale  # per wall-clock second
         rng = random.Random(f"{cfg.seed}/{cfg.shard}")
         ready: deque[Session] = deque()
         waiting = [0]  # sessions in flight or in a gap: they will come back ready
@@ -276,7 +290,7 @@ class Driver:
                 if following is None:
                     waiting[0] -= 1
                 elif following.gap_s > 0 and cfg.honor_gaps:
-                    loop.call_later(following.gap_s, _back, session)
+                    loop.call_later(self._wall(following.gap_s), _back, session)
                 else:
                     _back(session)
 
@@ -317,7 +331,7 @@ class Driver:
         exhausted = False
 
         def start_of(session: Session) -> float:
-            return self.load_t0 + (session.start_at_s or 0.0)
+            return self.load_t0 + self._wall(session.start_at_s or 0.0)
 
         while True:
             if not ahead:
@@ -343,7 +357,7 @@ class Driver:
             if delay > 0:
                 await asyncio.sleep(delay)
             session = ahead.popleft()
-            lags.append(max(0.0, time.monotonic() - at))
+            lags.append(max(0.0, time.monotonic() - at) * self.config.time_scale)
             task = asyncio.create_task(self._session(session))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)

@@ -112,6 +112,7 @@ class JobRunner:
             honor_gaps=arrivals.get("gaps", "recorded") != "none",
             request_timeout_s=self._settings.request_timeout_s,
             drain_timeout_s=self._settings.drain_timeout_s,
+            time_scale=cmd.time_scale,
         )
         driver = Driver(config, source, Router(cmd.endpoints, cmd.routing), sink.add)
         await self._bus.publish(JobStarted(job_id=cmd.job_id, run_id=cmd.run_id, workload=cmd.workload, shard=shard))
@@ -143,6 +144,12 @@ class JobRunner:
             await asyncio.gather(reporter, return_exceptions=True)
             await sink.close()
         lags = sorted(result.replay_lags_s)
+        notes = list(source.notes)
+        if cmd.time_scale != 1.0:
+            notes.append(
+                f"the engines ran {cmd.time_scale:g}x faster than real time: durations, gaps and rates were paced in "
+                f"engine seconds and every time recorded is in engine seconds (wall-clock x {cmd.time_scale:g})"
+            )
         await self._bus.publish(
             JobFinished(
                 job_id=cmd.job_id,
@@ -158,7 +165,8 @@ class JobRunner:
                 shards=cmd.shards,
                 skipped_arrivals=result.skipped_arrivals,
                 replay_lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
-                notes=source.notes,
+                notes=notes,
+                time_scale=cmd.time_scale,
             )
         )
         log.info(

@@ -418,8 +418,10 @@ class Conductor:
         watcher: asyncio.Task[None],
     ) -> None:
         duration = workload.effective_load_duration_s()
-        # a job with no set length (one session per user) is given hours before it is declared lost
-        timeout_s = duration + self.settings.job_grace_s if duration else 4 * 3600.0
+        speed = workload.cluster.sim.speed if workload.cluster.sim is not None else 1.0
+        # a job with no set length (one session per user) is given hours before it is declared lost; simulated
+        # engines that run faster than real time take the plan's duration in less wall time
+        timeout_s = duration / speed + self.settings.job_grace_s if duration else 4 * 3600.0
         shards = self.settings.loadgen_shards
         keys = [f"job:{job.job_id}#{index}" for index in range(shards)]
         futures = [self._expect(key) for key in keys]
@@ -443,6 +445,7 @@ class Conductor:
                         shard_index=index,
                         shards=shards,
                         working_set_ratio=workload.measurement.working_set_ratio,
+                        time_scale=workload.cluster.sim.speed if workload.cluster.sim is not None else 1.0,
                     )
                 )
         log.info(

@@ -24,7 +24,7 @@ PG = DataSourceRef(type_val="grafana-postgresql-datasource", uid="kvbench-pg")
 PROM = DataSourceRef(type_val="prometheus", uid="kvbench-prom")
 
 _MEASURED = """WITH measured AS (
-  SELECT r.*, j.started_at FROM request_records r JOIN jobs j USING (job_id)
+  SELECT r.*, j.started_at, j.time_scale FROM request_records r JOIN jobs j USING (job_id)
   WHERE r.run_id = '$run_id' AND j.status = 'succeeded' AND r.ok
     AND r.start_s >= j.warmup_s AND r.start_s + r.e2e_s <= j.load_duration_s
 ), windows AS (
@@ -54,7 +54,8 @@ FROM measured m JOIN windows w USING (workload) GROUP BY m.workload ORDER BY m.w
 FROM request_records WHERE run_id = '$run_id' GROUP BY workload ORDER BY workload""",
     "ttft_over_time": _MEASURED
     + """
-SELECT m.started_at + make_interval(secs => m.start_s) AS time, m.workload AS metric, m.ttft_s * 1000 AS value
+SELECT m.started_at + make_interval(secs => m.start_s / m.time_scale) AS time, m.workload AS metric,
+  m.ttft_s * 1000 AS value
 FROM measured m ORDER BY 1""",
     "kv_usage": """SELECT sampled_at AS time, engine_id AS metric, (normalized->>'kv_usage')::float8 AS value
 FROM engine_samples WHERE run_id = '$run_id' AND normalized ? 'kv_usage' ORDER BY 1""",

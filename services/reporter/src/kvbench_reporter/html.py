@@ -321,7 +321,12 @@ def render_html(report: dict[str, Any]) -> str:
             f"<section><h2>{escape(w['name'])} <small>{escape(w['stack'])} · {escape(w['strategy'])}</small></h2>"
             f"<h3>Did it work?</h3><p>Verdict: <b>{escape(w['validity']['verdict'])}</b>; measured window "
             f"{_fmt(w['window_s'])} s; {_fmt(w['requests_measured'])} requests measured, {_fmt(w['errors'])} errors."
-            f"</p><ul>{reasons}</ul>"
+            + (
+                f" Times are engine seconds: the simulated engines ran {_fmt(w['time_scale'])}x faster than real time."
+                if (w.get("time_scale") or 1.0) != 1.0
+                else ""
+            )
+            + f"</p><ul>{reasons}</ul>"
             f"<h3>How fast?</h3><table><tr><th>figure</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th></tr>"
             + "".join(
                 f"<tr><td>{label}</td>{_stat_cells(w[key])}</tr>"

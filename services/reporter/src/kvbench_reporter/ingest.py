@@ -231,6 +231,7 @@ class Ingestor:
                     shards = $2, shards_finished = agg.n, records_expected = agg.records,
                     load_duration_s = agg.load_end, warmup_s = agg.warmup, offered_load = $3, tokenizer = $4,
                     skipped_arrivals = agg.skipped, replay_lag_p99_s = agg.lag, notes = $5::jsonb,
+                    time_scale = $8,
                     status = CASE WHEN agg.n >= $2 THEN 'succeeded' ELSE j.status END,
                     finished_at = CASE WHEN agg.n >= $2 THEN $6 ELSE j.finished_at END
                 FROM (
@@ -254,6 +255,7 @@ class Ingestor:
                 json.dumps(e.notes),
                 e.occurred_at,
                 JobFinished.SCHEMA,
+                e.time_scale,
             )
         elif isinstance(e, JobFailed):
             await conn.execute(

@@ -325,6 +325,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "shards": job["shards"],
             "skipped_arrivals": job["skipped_arrivals"],
             "replay_lag_p99_s": job["replay_lag_p99_s"],
+            "time_scale": job["time_scale"],
             "load_notes": json.loads(job["notes"]) if isinstance(job["notes"], str) else list(job["notes"] or []),
         }
         if job["status"] == "succeeded" and job["load_duration_s"] is not None:
@@ -337,8 +338,11 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             errors_by[name] += entry["errors"]
             window_by[name] += load_end - warmup
             if job["started_at"] is not None:
-                start = job["started_at"] + timedelta(seconds=warmup)
-                end = job["started_at"] + timedelta(seconds=load_end)
+                # record times are engine seconds: a simulated cluster paced faster than real time lived them in
+                # fewer wall-clock seconds, and engine scrapes and switch reads carry wall-clock times
+                scale = float(job["time_scale"] or 1.0)
+                start = job["started_at"] + timedelta(seconds=warmup / scale)
+                end = job["started_at"] + timedelta(seconds=load_end / scale)
                 samples = await store.engine_samples(run_id, start - timedelta(seconds=10), end + timedelta(seconds=10))
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
@@ -378,6 +382,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 "requests_measured": pooled["requests_measured"],
                 "errors": pooled["errors"],
                 "window_s": pooled["window_s"],
+                "time_scale": max((float(j.get("time_scale") or 1.0) for j in jobs), default=1.0),
                 "ttft_ms": pooled["ttft_ms"],
                 "tpot_ms": pooled["tpot_ms"],
                 "itl_ms": pooled["itl_ms"],

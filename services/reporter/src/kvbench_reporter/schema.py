@@ -64,6 +64,11 @@ class Job(_Open):
     skipped_arrivals: int = Field(0, description="Rate mode: arrivals that found no session to send")
     replay_lag_p99_s: float | None = Field(None, description="Trace mode: p99 of actual minus scheduled send time, s")
     load_notes: list[str] = Field(default_factory=list, description="What the load generator said about its input")
+    time_scale: float = Field(
+        1.0,
+        description="Engine seconds per wall-clock second (a simulated cluster paced faster than real time); every "
+        "time in the report is engine seconds",
+    )
 
 
 class Workload(_Open):
@@ -74,6 +79,9 @@ class Workload(_Open):
     requests_measured: int = Field(description="Requests inside the measured windows")
     errors: int = Field(description="Errors that started inside the windows")
     window_s: float = Field(description="Summed measured windows, s")
+    time_scale: float = Field(
+        1.0, description="Engine seconds per wall-clock second: times are engine seconds (simulated engines' speed)"
+    )
     ttft_ms: Summary = Field(description="Time to first token")
     tpot_ms: Summary = Field(description="Time per output token, per request")
     itl_ms: Summary = Field(description="Per-token gaps")
