@@ -69,6 +69,13 @@ def add_load_parser(sub: Any) -> None:
     load.add_argument("--warmup-s", type=float, default=0.0)
     load.add_argument("--routing", default="round_robin", choices=("round_robin", "session_affinity", "prefix_aware"))
     load.add_argument("--seed", type=int, default=0)
+    load.add_argument(
+        "--engine-speed",
+        type=float,
+        default=1.0,
+        help="engine seconds per wall second (simulated engines started with --speed): durations, gaps and rates "
+        "are paced, and records stamped, in engine seconds",
+    )
     load.add_argument("--timeout-s", type=float, default=600.0, help="per request")
     out = p.add_argument_group("output")
     out.add_argument("--records", required=True, metavar="FILE.jsonl")
@@ -175,6 +182,7 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
         honor_gaps=arrivals.get("gaps", "recorded") != "none",
         request_timeout_s=args.timeout_s,
         drain_timeout_s=min(args.timeout_s, 120.0),
+        time_scale=args.engine_speed,
     )
     written = [0]
 
@@ -211,6 +219,9 @@ def cmd_load(args: argparse.Namespace) -> int:
         for error in exc.errors():
             where = ".".join(str(p) for p in error["loc"])
             sys.stderr.write(f"error: traffic.{where}: {error['msg']}\n")
+        return 2
+    if not args.engine_speed > 0:
+        sys.stderr.write("error: --engine-speed: must be above 0 (1 for real engines; a sim engine's --speed)\n")
         return 2
     path = Path(args.records)
     started = time.monotonic()
