@@ -125,3 +125,23 @@ def test_jobs_expand_in_a_stable_order() -> None:
     jobs = expand_jobs(review.plan)
     assert [(j.load_level, j.repeat) for j in jobs] == [(2, 0), (2, 1), (8, 0), (8, 1)]
     assert len({j.job_id for j in jobs}) == 4
+
+
+def test_a_plan_without_a_sim_speed_takes_the_planners_and_one_with_keeps_its_own() -> None:
+    from kvbench_contracts.plan import Plan  # noqa: PLC0415
+    from kvbench_planner.conductor import sim_cluster  # noqa: PLC0415
+
+    unset = Plan.model_validate(plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}))
+    sim = sim_cluster(unset.workloads[0], 20.0)
+    assert sim is not None
+    assert sim["speed"] == 20.0
+    assert sim["machines"] == 2
+    assert sim_cluster(unset.workloads[0], None) == {**sim, "speed": 1.0}
+    own = Plan.model_validate(
+        plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}, cluster={"sim": {"speed": 4}})
+    )
+    assert (sim_cluster(own.workloads[0], 20.0) or {})["speed"] == 4.0
+    real = Plan.model_validate(
+        plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}, cluster={"group": "g"})
+    )
+    assert sim_cluster(real.workloads[0], 20.0) is None

@@ -86,6 +86,7 @@ class LocalDeployment:
         tie_to_parent: bool = False,
         say: object = None,
         loadgens: int = 1,
+        sim_speed: float | None = None,
     ) -> DeploymentState:
         if self.load() is not None:
             raise StartupError(f"kvbench is already up (state in {self.state_path}); run `kvbench down` first")
@@ -133,7 +134,8 @@ class LocalDeployment:
                 "planner",
                 "kvbench_planner",
                 f"{state.api_url}/healthz",
-                {"KVBENCH_PLANNER_LOADGEN_SHARDS": str(loadgens)},
+                {"KVBENCH_PLANNER_LOADGEN_SHARDS": str(loadgens)}
+                | ({"KVBENCH_PLANNER_SIM_SPEED": f"{sim_speed:g}"} if sim_speed else {}),
             )
             for i in range(loadgens):
                 start(

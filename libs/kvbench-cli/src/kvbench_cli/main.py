@@ -180,8 +180,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             nats_url=args.nats_url,
             database_url=args.database_url,
             loadgens=max(1, args.loadgens),
+            sim_speed=args.sim_speed,
         )
-    console.print(f"kvbench is up ({args.sim_machines} simulated machines)")
+    speed = f", engines at {args.sim_speed:g}x real time unless a plan says" if args.sim_speed else ""
+    console.print(f"kvbench is up ({args.sim_machines} simulated machines{speed})")
     console.print(f"  API      {state.api_url}   (OpenAPI: {state.api_url}/openapi.json)")
     console.print(f"  reports  {state.report_url}/v1/runs/<run_id>/report.html")
     console.print(f"  logs     {args.state_dir}/logs/   stop with: kvbench down")
@@ -472,6 +474,16 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give e.g. 20") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"{value:g} is out of range; give a speed above 0 and at most 1000")
+    return value
+
+
 def _analyze_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
     p.add_argument("--warmup-s", type=float, default=0.0)
@@ -506,6 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start embedded servers, every service and a simulated cluster")
     up.add_argument("--sim-machines", type=int, default=2)
     up.add_argument("--loadgens", type=int, default=1, help="load generator processes; each job is split among them")
+    up.add_argument(
+        "--sim-speed",
+        type=_speed,
+        default=None,
+        help="run simulated engines this many times faster than real time when a plan's cluster.sim sets no speed "
+        "(reports stay in engine seconds)",
+    )
     up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
     up.add_argument("--database-url", default=None, help="use this PostgreSQL instead of starting one")
     up.set_defaults(func=cmd_up)

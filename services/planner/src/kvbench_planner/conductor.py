@@ -39,7 +39,7 @@ from kvbench_planner.registry import Registry
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.state import JobState, RunState, expand_jobs
 
-__all__ = ["CONTROL_EVENTS", "Conductor", "RunFailedError"]
+__all__ = ["CONTROL_EVENTS", "Conductor", "RunFailedError", "sim_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,18 @@ NODE_UNRESPONSIVE = {
     "message": "A node stopped responding",
     "fix": "Check that the agent is running on that machine, and then run the workload again.",
 }
+
+
+def sim_cluster(workload: Workload, default_speed: float | None) -> dict[str, Any] | None:
+    """The workload's simulated cluster as the agents get it: the plan's, with ``default_speed`` (the planner's
+    setting) where the plan sets no speed; None for a real cluster."""
+    sim = workload.cluster.sim
+    if sim is None:
+        return None
+    spec = sim.model_dump(mode="json")
+    if "speed" not in sim.model_fields_set and default_speed is not None:
+        spec["speed"] = default_speed
+    return spec
 
 
 class RunFailedError(Exception):
@@ -248,6 +260,14 @@ class Conductor:
             log.exception("run failed unexpectedly", extra=ids)
             await self._finish(state, "failed", [{"code": "internal_error", "message": str(exc), "fix": ""}])
 
+    def _sim(self, workload: Workload) -> dict[str, Any] | None:
+        return sim_cluster(workload, self.settings.sim_speed)
+
+    def _speed(self, workload: Workload) -> float:
+        """Engine seconds per wall second of the workload's engines (1 for real ones)."""
+        sim = self._sim(workload)
+        return float(sim["speed"]) if sim is not None else 1.0
+
     async def _nodes_for(self, workload: Workload) -> list[dict[str, Any]]:
         """The machines a workload runs on, once their agents are up (waits ``node_wait_s`` for them)."""
         deadline = time.monotonic() + self.settings.node_wait_s
@@ -308,7 +328,7 @@ class Conductor:
                     model=workload.model,
                     engine=workload.engine.model_dump(mode="json"),
                     sizing=workload.sizing.model_dump(mode="json"),
-                    sim=workload.cluster.sim.model_dump(mode="json") if workload.cluster.sim else None,
+                    sim=self._sim(workload),
                     kv_tier=workload.kv_tier,
                     network=workload.network.model_dump(mode="json"),
                     routing=workload.measurement.routing,
@@ -418,7 +438,7 @@ class Conductor:
         watcher: asyncio.Task[None],
     ) -> None:
         duration = workload.effective_load_duration_s()
-        speed = workload.cluster.sim.speed if workload.cluster.sim is not None else 1.0
+        speed = self._speed(workload)
         # a job with no set length (one session per user) is given hours before it is declared lost; simulated
         # engines that run faster than real time take the plan's duration in less wall time
         timeout_s = duration / speed + self.settings.job_grace_s if duration else 4 * 3600.0
@@ -445,7 +465,7 @@ class Conductor:
                         shard_index=index,
                         shards=shards,
                         working_set_ratio=workload.measurement.working_set_ratio,
-                        time_scale=workload.cluster.sim.speed if workload.cluster.sim is not None else 1.0,
+                        time_scale=speed,
                     )
                 )
         log.info(

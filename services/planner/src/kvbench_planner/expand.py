@@ -17,10 +17,12 @@ DRAIN_S = 15.0
 
 
 def estimate_job_s(w: Workload) -> float:
+    """Wall seconds: simulated engines faster than real time live the load's engine seconds in less."""
+    speed = w.cluster.sim.speed if w.cluster.sim is not None else 1.0
     if w.traffic.shape == "document_reuse" and w.traffic.documents is not None:
         # one request per document per round, about a second each at this scale; a rough guide only
-        return float(w.traffic.documents.count * w.traffic.documents.rounds)
-    return w.effective_load_duration_s() + DRAIN_S
+        return float(w.traffic.documents.count * w.traffic.documents.rounds) / speed
+    return w.effective_load_duration_s() / speed + DRAIN_S
 
 
 def _processes(

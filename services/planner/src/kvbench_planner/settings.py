@@ -21,6 +21,12 @@ class PlannerSettings(ServiceSettings):
     loadgen_shards: int = Field(1, ge=1, le=256, description="Load generator processes that share each job")
     node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")
     launcher: Literal["process", "docker"] = Field("process", description="How agents start real stacks")
+    sim_speed: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="Speed of simulated clusters whose plan sets none (engine seconds per wall second); unset: 1",
+    )
 
     @field_validator("api_token")
     @classmethod
