@@ -67,7 +67,13 @@ class SimCluster(StrictModel):
     nic_gbps: float = Field(200, gt=0, description="Network card speed of each machine, Gb/s")
     rdma: bool = Field(True, description="Whether the machines have active RDMA cards")
     disk_gbps: float = Field(6, gt=0, description="Local disk bandwidth, GB/s")
-    speed: float = Field(1.0, gt=0, le=1000, description="Simulated engines run this many times faster than real time")
+    speed: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="Simulated engines run this many times faster than real time (reports stay in engine seconds); "
+        "unset: the planner's default (`kvbench up --sim-speed`), else 1",
+    )
 
 
 class ClusterRef(StrictModel):

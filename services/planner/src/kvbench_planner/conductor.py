@@ -66,8 +66,8 @@ def sim_cluster(workload: Workload, default_speed: float | None) -> dict[str, An
     if sim is None:
         return None
     spec = sim.model_dump(mode="json")
-    if "speed" not in sim.model_fields_set and default_speed is not None:
-        spec["speed"] = default_speed
+    if spec.get("speed") is None:
+        spec["speed"] = default_speed or 1.0
     return spec
 
 

@@ -18,7 +18,7 @@ DRAIN_S = 15.0
 
 def estimate_job_s(w: Workload) -> float:
     """Wall seconds: simulated engines faster than real time live the load's engine seconds in less."""
-    speed = w.cluster.sim.speed if w.cluster.sim is not None else 1.0
+    speed = (w.cluster.sim.speed if w.cluster.sim is not None else None) or 1.0  # unset: at least real time
     if w.traffic.shape == "document_reuse" and w.traffic.documents is not None:
         # one request per document per round, about a second each at this scale; a rough guide only
         return float(w.traffic.documents.count * w.traffic.documents.rounds) / speed

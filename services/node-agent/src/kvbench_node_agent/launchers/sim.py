@@ -107,7 +107,7 @@ def sim_engine_argv(command: StartStack, port: int, pd_role: str | None = None) 
         "--gpu",
         str(sim.get("gpu", "L40S")),
         "--speed",
-        str(sim.get("speed", 1.0)),
+        str(sim.get("speed") or 1.0),
         "--layout",
         json.dumps(_layout(command)),
     ]
@@ -168,7 +168,7 @@ class SimLauncher:
             records = (mount, tier_signature(tier, command.model))
             deployment.facts["shared_records"] = str(mount)
         try:
-            speed = float((command.sim or {}).get("speed", 1.0))
+            speed = float((command.sim or {}).get("speed") or 1.0)
             argv = sim_store_argv(port, tier.capacity_chunks, shared[0].bw_gbps, speed, records)
             await self._process(deployment, command, "store", argv, port)
         except LaunchError as exc:
