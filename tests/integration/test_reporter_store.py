@@ -38,7 +38,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6]
+        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -358,5 +358,66 @@ async def test_a_simulated_clusters_engine_seconds_map_onto_the_wall_clock_scrap
         assert workload["time_scale"] == 10.0
         assert workload["jobs"][0]["time_scale"] == 10.0
         assert workload["engine_counters"]["prompt_tokens"] == 1000
+    finally:
+        await store.close()
+
+
+async def test_a_split_stacks_prompts_count_once_with_each_sides_sources(fresh_database: str) -> None:
+    """A prefill engine computed 1,000 prompt tokens and a decode engine got 990 of them over the link and computed
+    the last 10: the headline says 1,000 prompt tokens (not 2,000), 99% transferred; by_role keeps each side."""
+    from datetime import timedelta  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        plan = {"workloads": [{"name": "w", "stack": "vllm-pd-nixl", "strategy": "split"}]}
+        job = {"job_id": "JP", "workload": "w", "stack": "vllm-pd-nixl", "load_level": 1, "repeat": 0}
+        started = JobStarted(job_id="JP", run_id="RP", workload="w", shard="lg")
+        done = JobFinished(job_id="JP", run_id="RP", workload="w", shard="lg", records=20, load_duration_s=30,
+                           warmup_s=2, offered_load=1, tokenizer="words")  # fmt: skip
+        await ingestor.control([RunSubmitted(run_id="RP", plan_name="p", plan=plan, jobs=[job]), started, done])
+        await store.insert_records("RP", _records("JP", 20))
+
+        def sample(engine: str, role: str, after_s: float, counters: dict[str, float]) -> EngineSampled:
+            at = started.occurred_at + timedelta(seconds=after_s)
+            return EngineSampled.model_validate(
+                {
+                    "node_id": "n",
+                    "run_id": "RP",
+                    "engine_id": engine,
+                    "role": role,
+                    "values": {},
+                    "normalized": counters,
+                    "occurred_at": at,
+                }
+            )
+
+        zero = {"prompt_tokens": 0.0, "prompt_tokens_recomputed": 0.0, "prompt_tokens_transferred": 0.0}
+        await store.insert_engine_samples(
+            [
+                sample("p0", "prefill", 1, zero),
+                sample("p0", "prefill", 29, {**zero, "prompt_tokens": 1000, "prompt_tokens_recomputed": 1000}),
+                sample("d0", "decode", 1, zero),
+                sample(
+                    "d0",
+                    "decode",
+                    29,
+                    {"prompt_tokens": 1000, "prompt_tokens_recomputed": 10, "prompt_tokens_transferred": 990},
+                ),
+            ]
+        )
+        report = await build_report(store, "RP")
+        assert report is not None
+        Report.model_validate(report)
+        sources = report["workloads"][0]["prompt_token_sources"]
+        assert sources["prompt_tokens"] == 1000
+        assert sources["tokens"]["transferred"] == 990
+        assert sources["tokens"]["recomputed"] == 10
+        assert sources["by_role"]["prefill"]["tokens"]["recomputed"] == 1000
+        assert sources["by_role"]["decode"]["prompt_tokens"] == 1000
     finally:
         await store.close()

@@ -77,3 +77,17 @@ def test_network_section_shows_ports_cables_and_jobs_escaped(workload: Any) -> N
     assert "ecn_marked_packets 1,500" in page
     assert "<td>j1</td><td>off</td><td>2.000</td><td>1.500</td>" in page
     assert "no good reads bracket the job" in page
+
+
+def test_a_split_stack_and_a_fast_simulated_cluster_are_said_in_words(workload: Any) -> None:
+    split = workload("pd", 80.0, 0)
+    split["time_scale"] = 20.0
+    split["prompt_token_sources"]["by_role"] = {
+        "decode": {"prompt_tokens": 1000.0, "tokens": {"transferred": 990.0, "recomputed": 10.0}},
+        "prefill": {"prompt_tokens": 1000.0, "tokens": {"recomputed": 1000.0, "gpu_hit": 0.0}},
+    }
+    report = {"run_id": "R", "plan_name": "p", "status": "succeeded", "reasons": [], "submitted_at": "2026",
+              "generated_at": "2026", "definitions": {}, "workloads": [split], "events": []}  # fmt: skip
+    page = render_html(report)
+    assert "the simulated engines ran 20x faster than real time" in page
+    assert "decode engines: transferred 990, recomputed 10; prefill engines: recomputed 1,000" in page

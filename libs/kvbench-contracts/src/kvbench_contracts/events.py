@@ -298,6 +298,9 @@ class EngineSampled(Envelope):
     run_id: str
     engine_id: str
     job_id: str | None = None
+    role: Literal["both", "prefill", "decode", "router"] = Field(
+        "both", description="The engine's part in its stack (a split stack's prefill or decode engines, its router)"
+    )
     values: dict[str, float] = Field(description="Series name (with labels) -> value")
     normalized: dict[str, float] = Field(default_factory=dict, description="kvbench's engine-neutral counters")
     gpus: list[dict[str, float]] = Field(default_factory=list, description="GPU power and utilization, when sampled")

@@ -216,6 +216,7 @@ class NodeAgent:
                                 node_id=self.node_id,
                                 run_id=deployment.run_id,
                                 engine_id=endpoint.engine_id,
+                                role=endpoint.role,
                                 values=(values := parse_samples(text)),
                                 normalized=normalize(values),
                                 gpus=await asyncio.to_thread(gpu_samples) if self.inventory.gpus else [],

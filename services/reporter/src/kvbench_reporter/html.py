@@ -317,12 +317,22 @@ def render_html(report: dict[str, Any]) -> str:
             if ec
             else "<p>No engine counter samples for this workload.</p>"
         )
+        by_role = w["prompt_token_sources"].get("by_role") or {}
+        if by_role:
+            sides = "; ".join(
+                f"{escape(role)} engines: "
+                + ", ".join(f"{escape(k)} {_fmt(v, 0)}" for k, v in side["tokens"].items() if v)
+                for role, side in by_role.items()
+            )
+            engine_line += (
+                f"<p>Split stack: each prompt is counted once, as the decode engines got it. By side: {sides}.</p>"
+            )
         sections.append(
             f"<section><h2>{escape(w['name'])} <small>{escape(w['stack'])} · {escape(w['strategy'])}</small></h2>"
             f"<h3>Did it work?</h3><p>Verdict: <b>{escape(w['validity']['verdict'])}</b>; measured window "
             f"{_fmt(w['window_s'])} s; {_fmt(w['requests_measured'])} requests measured, {_fmt(w['errors'])} errors."
             + (
-                f" Times are engine seconds: the simulated engines ran {_fmt(w['time_scale'])}x faster than real time."
+                f" Times are engine seconds: the simulated engines ran {float(w['time_scale']):g}x faster than real time."
                 if (w.get("time_scale") or 1.0) != 1.0
                 else ""
             )

@@ -43,18 +43,24 @@ def _json(value: Any) -> Any:
 def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime) -> dict[str, Any]:
     """Normalized counters differenced over [start, end] per engine, then summed (never cumulative ratios)."""
     by_engine: dict[str, list[tuple[datetime, dict[str, float], list[dict[str, float]]]]] = defaultdict(list)
+    role_of: dict[str, str] = {}
     for row in samples:
         by_engine[row["engine_id"]].append((row["sampled_at"], _json(row["normalized"]) or {}, _json(row["gpus"])))
+        role_of[row["engine_id"]] = row.get("role") or "both"
     totals = dict.fromkeys(COUNTERS, 0.0)
+    by_role: dict[str, dict[str, float]] = {}
     kv_usage_max = 0.0
     power: list[float] = []
     util: list[float] = []
-    for series in by_engine.values():
+    for engine_id, series in by_engine.items():
         before = [s for t, s, _ in series if t <= start] or [series[0][1]]
         upto = [s for t, s, _ in series if t <= end] or [series[-1][1]]
         first, last = before[-1], upto[-1]
+        role = by_role.setdefault(role_of[engine_id], dict.fromkeys(COUNTERS, 0.0))
         for key in COUNTERS:
-            totals[key] += max(0.0, float(last.get(key, 0.0)) - float(first.get(key, 0.0)))
+            delta = max(0.0, float(last.get(key, 0.0)) - float(first.get(key, 0.0)))
+            totals[key] += delta
+            role[key] += delta
         for t, s, gpus in series:
             if start <= t <= end:
                 kv_usage_max = max(kv_usage_max, float(s.get("kv_usage", 0.0)))
@@ -63,6 +69,7 @@ def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime
     return {
         "engines": len(by_engine),
         **totals,
+        "by_role": by_role,
         "kv_usage_max": kv_usage_max,
         "gpu_power_w_mean": sum(power) / len(power) if power else None,
         "gpu_utilization_pct_mean": sum(util) / len(util) if util else None,
@@ -208,7 +215,25 @@ def _test_points(
     return points
 
 
-def _sources(pooled: dict[str, Any], engine: dict[str, float] | None) -> dict[str, Any]:
+def _sources(
+    pooled: dict[str, Any], engine: dict[str, float] | None, roles: dict[str, dict[str, float]] | None = None
+) -> dict[str, Any]:
+    """Where prompt tokens came from. A split stack computes each prompt on a prefill engine and serves it from a
+    decode engine: the headline counts it once, as the decode engines got it (``transferred``: from a prefill
+    engine), and ``by_role`` gives each side's own sources."""
+    split = bool(roles) and "prefill" in (roles or {}) and "decode" in (roles or {})
+    if split and roles is not None:
+        out = _sources(pooled, roles["decode"])
+        out["source"] = "decode engines' counters over the measured windows (each prompt once; by_role: each side)"
+        out["by_role"] = {
+            role: {
+                "prompt_tokens": counters.get("prompt_tokens", 0.0),
+                "tokens": {name: counters.get(key, 0.0) for key, name in SOURCES.items()},
+            }
+            for role, counters in sorted(roles.items())
+            if counters.get("prompt_tokens")
+        }
+        return out
     from_requests = {
         "cached": pooled["cached_tokens"],
         "recomputed": pooled["prompt_tokens"] - pooled["cached_tokens"],
@@ -310,6 +335,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     errors_by: dict[str, int] = defaultdict(int)
     window_by: dict[str, float] = defaultdict(float)
     engine_totals: dict[str, dict[str, float]] = {}
+    role_totals: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)  # workload -> role -> counters
     job_windows: list[dict[str, Any]] = []
     for job in await store.jobs(run_id):
         name = job["workload"]
@@ -360,6 +386,10 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                     total = engine_totals.setdefault(name, defaultdict(float))
                     for key in COUNTERS:
                         total[key] += deltas[key]
+                    for role, counters in deltas["by_role"].items():
+                        summed = role_totals[name].setdefault(role, dict.fromkeys(COUNTERS, 0.0))
+                        for key in COUNTERS:
+                            summed[key] += counters[key]
                     for key in ("gpu_power_w_mean", "gpu_utilization_pct_mean", "kv_usage_max"):
                         if deltas.get(key) is not None:
                             total[key] = max(total.get(key, 0.0), deltas[key])
@@ -396,7 +426,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 "cached_prompt_tokens": pooled["cached_tokens"],
                 "cache_hit_ratio": pooled["cached_tokens"] / prompt if prompt else None,
                 "test_points": _test_points(jobs, by_level[name], window_by_level[name], spec),
-                "prompt_token_sources": _sources(pooled, engine),
+                "prompt_token_sources": _sources(pooled, engine, role_totals.get(name)),
                 "hit_ratio_over_time": [
                     {"job_id": j["job_id"], "start_s": s["start_s"], "ratio": s["cache_hit_ratio"]}
                     for j in jobs

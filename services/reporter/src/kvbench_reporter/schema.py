@@ -52,6 +52,11 @@ class Sources(_Open):
     prompt_tokens: float = Field(description="Prompt tokens the sources add up to")
     tokens: dict[str, float] = Field(description="gpu_hit, host_tier, disk, shared_store, transferred, recomputed")
     cross_check: dict[str, float] | None = Field(description="Engine vs per-request cached share")
+    by_role: dict[str, dict[str, Any]] | None = Field(
+        None,
+        description="Split stacks: each side's own prompt tokens and sources ({prefill, decode}: {prompt_tokens, "
+        "tokens}); the headline counts each prompt once, as the decode engines got it",
+    )
 
 
 class Job(_Open):

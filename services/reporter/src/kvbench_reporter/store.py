@@ -178,7 +178,8 @@ class Store:
         async with self.pool.acquire() as conn:
             await conn.executemany(
                 "INSERT INTO engine_samples (event_id, run_id, node_id, engine_id, sampled_at, samples, normalized, "
-                "gpus) VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7::jsonb,$8::jsonb) ON CONFLICT (event_id) DO NOTHING",
+                "gpus, role) VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7::jsonb,$8::jsonb,$9) "
+                "ON CONFLICT (event_id) DO NOTHING",
                 [
                     (
                         s.event_id,
@@ -189,6 +190,7 @@ class Store:
                         json.dumps(s.values),
                         json.dumps(s.normalized),
                         json.dumps(s.gpus),
+                        s.role,
                     )
                     for s in samples
                 ],
@@ -293,7 +295,7 @@ class Store:
     async def engine_samples(self, run_id: str, start: datetime, end: datetime) -> list[asyncpg.Record]:
         return list(
             await self.pool.fetch(
-                "SELECT engine_id, node_id, sampled_at, samples, normalized, gpus FROM engine_samples "
+                "SELECT engine_id, node_id, role, sampled_at, samples, normalized, gpus FROM engine_samples "
                 "WHERE run_id = $1 "
                 "AND sampled_at BETWEEN $2 AND $3 ORDER BY engine_id, sampled_at",
                 run_id,
