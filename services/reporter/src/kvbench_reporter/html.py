@@ -332,7 +332,8 @@ def render_html(report: dict[str, Any]) -> str:
             f"<h3>Did it work?</h3><p>Verdict: <b>{escape(w['validity']['verdict'])}</b>; measured window "
             f"{_fmt(w['window_s'])} s; {_fmt(w['requests_measured'])} requests measured, {_fmt(w['errors'])} errors."
             + (
-                f" Times are engine seconds: the simulated engines ran {float(w['time_scale']):g}x faster than real time."
+                f" Times are engine seconds: the simulated engines ran {float(w['time_scale']):g}x faster than real"
+                " time."
                 if (w.get("time_scale") or 1.0) != 1.0
                 else ""
             )
