@@ -44,7 +44,7 @@ test-e2e: env ## End-to-end tests through every service
 lint: env ## ruff (lint + format check) and mypy --strict
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
-	@$(VENV)/bin/mypy libs/*/src services/*/src libs/*/tests services/*/tests tests
+	@$(VENV)/bin/mypy libs/*/src services/*/src libs/*/tests services/*/tests tests benchmarks
 
 fmt: env ## Format and auto-fix
 	@$(VENV)/bin/ruff format .

@@ -97,7 +97,10 @@ def main() -> None:
             itl_err += [
                 ((r["chunks"][i] - r["chunks"][i - 1]) - (sent[i] - sent[i - 1])) * 1e3 for i in range(1, len(sent))
             ]
-        p = lambda v, q: float(np.percentile(v, q)) if v else float("nan")  # noqa: E731
+
+        def p(values: list[float], q: float) -> float:
+            return float(np.percentile(values, q)) if values else float("nan")
+
         print(
             f"{label}: {streams} streams, {len(ok)}/{len(results)} ok ({matched} matched to the server's log), "
             f"{len(ok) / elapsed:,.0f} requests/s; "
@@ -124,9 +127,9 @@ def drive_process(base: str, mode: str, level: float, duration_s: float, out: An
         job_id="b",
         workload="b",
         model="mock",
-        mode=mode,
+        mode="request_rate" if mode == "request_rate" else "closed_loop",
         load_level=level,
-        duration_s=duration_s,  # type: ignore[arg-type]
+        duration_s=duration_s,
     )
     records: list[Any] = []
     router = Router([EngineEndpoint(node_id="n", engine_id="e", base_url=base, metrics_url=base)], "round_robin")

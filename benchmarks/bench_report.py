@@ -10,6 +10,7 @@ import asyncio
 import os
 import random
 import time
+from typing import Any
 
 import asyncpg
 
@@ -27,7 +28,7 @@ async def main() -> None:
     pg = EmbeddedPostgres.in_temp_dir().start()
     try:
         store = await Store.open(pg.dsn)
-        jobs = [
+        jobs: list[dict[str, Any]] = [
             {"job_id": f"J{w}{r}", "workload": f"w{w}", "stack": "vllm-prefix-gpu", "load_level": 16, "repeat": r}
             for w in range(2)
             for r in range(4)
