@@ -91,6 +91,7 @@ async def test_redelivered_batches_and_events_never_duplicate_rows(fresh_databas
         assert workload["requests_measured"] == 20
         assert workload["cached_prompt_tokens"] == 20 * 64
         assert workload["ttft_ms"]["p50"] == pytest.approx(100.0)
+        assert workload["jobs"][0]["first_request_ttft_ms"] == pytest.approx(100.0)
     finally:
         await store.close()
 

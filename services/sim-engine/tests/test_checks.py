@@ -201,3 +201,60 @@ def test_measured_sources_add_up_to_the_prompt_tokens() -> None:
     figures, _, sim = run_job(workload, 1, 0)
     sources = measured_sources(sim, figures["warmup_s"], figures["load_end_s"])
     assert sum(sources.values()) == figures["prompt_tokens"]
+
+
+def test_a_plans_jobs_share_their_stack_as_the_planner_runs_them() -> None:
+    """Batch mode runs a workload's jobs one after another on one cluster: with cache_state empty the second job
+    starts on a restarted stack (the study's restart figures come out of the plan: the first request waits ~8.5 s
+    cold, ~2.6 s with LMCache's disk records kept); with warm nothing is restarted."""
+    from kvbench_sim.whatif import run_plan  # noqa: PLC0415
+
+    def plan(cache_state: str) -> Plan:
+        study = {"shape": "document_reuse", "documents": STUDY_DOCS, "arrivals": {"mode": "closed_loop", "users": [1]}}
+        return Plan.model_validate(
+            {
+                "version": 1,
+                "name": "restarts",
+                "defaults": {
+                    "model": "nvidia/Qwen3.6-35B-A3B-NVFP4",
+                    "cluster": {"sim": {"machines": 1, "gpu": "GB10", "gpus_per_machine": 1, "host_memory_gb": 121}},
+                    "traffic": study,
+                    "measurement": {"repeats": 2, "cache_state": cache_state},
+                },
+                "workloads": [
+                    {"name": "vllm-only", "strategy": "own_cache", "stack": "vllm-prefix-gpu"},
+                    {"name": "lmcache", "strategy": "spill", "stack": "vllm-lmcache-mp", **LMCACHE},
+                ],
+            }
+        )
+
+    jobs = {w["name"]: w["test_points"][0]["jobs"] for w in run_plan(plan("empty"))["workloads"]}
+    assert [j["cache_state"] for j in jobs["lmcache"]] == ["fresh", "restarted"]
+    assert jobs["vllm-only"][0]["first_request_ttft_ms"] == pytest.approx(8510, rel=0.25)  # a new engine is cold
+    assert jobs["vllm-only"][1]["first_request_ttft_ms"] == pytest.approx(8510, rel=0.25)
+    assert jobs["lmcache"][1]["first_request_ttft_ms"] == pytest.approx(2610, rel=0.25)  # its disk records remain
+    for name in jobs:  # the measured round is the same either way
+        assert jobs[name][1]["ttft_ms"]["p50"] == pytest.approx(jobs[name][0]["ttft_ms"]["p50"], rel=0.02)
+
+    warm = run_plan(plan("warm"))["workloads"][1]["test_points"][0]["jobs"]
+    assert [j["cache_state"] for j in warm] == ["fresh", "warm"]
+    assert warm[1]["first_request_ttft_ms"] < 1000  # no cold start: the first document comes from disk
+
+
+def test_a_restarted_stack_loses_a_memory_store_and_keeps_a_shared_filesystem() -> None:
+    from kvbench_sim.records import file_backed  # noqa: PLC0415
+
+    traffic = {"shape": "document_reuse", "documents": {"count": 4, "tokens": 4000, "rounds": 1},
+               "arrivals": {"mode": "closed_loop", "users": [1]}}  # fmt: skip
+    cluster_spec = {"machines": 2, "gpu": "H100", "gpus_per_machine": 1}
+    for stack, kept in (("vllm-mooncake-store", False), ("vllm-native-shared-fs", True)):
+        workload = _workload(stack, cluster=cluster_spec, traffic=traffic, sizing={"host_memory_gb": 10})
+        _, cluster, sim = run_job(workload, 1, 0)
+        shared = next(t for t in cluster.engines[0].tiers if t.config.store_id)
+        assert file_backed(shared) is kept
+        held = shared.chunks
+        assert held > 0
+        serving = cluster.restart_stack(sim.now)
+        assert serving >= sim.now
+        assert shared.chunks == (held if kept else 0)
+        assert all(t.chunks == 0 for e in cluster.all_engines for t in e.tiers if t.name == "host")

@@ -421,8 +421,8 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return 0
     table = Table(title=f"kvbench sim run {report['plan_name']} · virtual time · {report['wall_s']:.1f} s wall")
-    for column in ("workload", "stack", "load", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p99 ms", "tok/s",
-                   "prompt tokens from"):  # fmt: skip
+    for column in ("workload", "stack", "load", "repeat", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p99 ms",
+                   "tok/s", "first request TTFT ms", "prompt tokens from"):  # fmt: skip
         table.add_column(column)
     for w in report["workloads"]:
         for point in w["test_points"]:
@@ -430,12 +430,19 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
                 sources = job["prompt_token_sources"]
                 total = sum(sources.values()) or 1
                 where = ", ".join(f"{k} {v / total:.0%}" for k, v in sources.items() if v)
+                first = job.get("first_request_ttft_ms")
                 table.add_row(
-                    w["name"], w["stack"], f"{point['load_level']:g}", _ms(job["ttft_ms"], "p50"),
-                    _ms(job["ttft_ms"], "p99"), _ms(job["tpot_ms"], "p50"), _ms(job["itl_ms"], "p99"),
-                    f"{job['output_tokens_per_s']:,.1f}", where,
+                    w["name"], w["stack"], f"{point['load_level']:g}", f"{job['repeat'] + 1} ({job['cache_state']})",
+                    _ms(job["ttft_ms"], "p50"), _ms(job["ttft_ms"], "p99"), _ms(job["tpot_ms"], "p50"),
+                    _ms(job["itl_ms"], "p99"), f"{job['output_tokens_per_s']:,.1f}",
+                    f"{first:,.1f}" if first is not None else "–", where,
                 )  # fmt: skip
     console.print(table)
+    console.print(
+        "repeat: fresh (a new stack), restarted (cache_state: empty: GPU and host tiers and memory stores lost, "
+        "disk tiers and shared filesystems kept, a cold start) or warm (every cache kept); first request TTFT: the "
+        "job's first request, measured or not"
+    )
     return 0
 
 

@@ -127,6 +127,10 @@ def _job_figures(spec: dict[str, Any], job: asyncpg.Record, everything: Columns)
     out["prefill_tokens_per_s_best"] = (
         float((computed[usable] / measured.ttft_s[usable]).max()) if usable.any() else None
     )
+    # measured or not: after a (re)start of the stack, what the cold engines made the first user wait
+    first = int(np.argmin(everything.start_s)) if len(everything) else None
+    first_ttft = float(everything.ttft_s[first]) if first is not None else float("nan")
+    out["first_request_ttft_ms"] = first_ttft * 1e3 if not np.isnan(first_ttft) else None
     return out, measured
 
 

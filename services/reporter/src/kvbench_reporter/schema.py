@@ -69,6 +69,9 @@ class Job(_Open):
     skipped_arrivals: int = Field(0, description="Rate mode: arrivals that found no session to send")
     replay_lag_p99_s: float | None = Field(None, description="Trace mode: p99 of actual minus scheduled send time, s")
     load_notes: list[str] = Field(default_factory=list, description="What the load generator said about its input")
+    first_request_ttft_ms: float | None = Field(
+        None, description="TTFT of the job's first request, measured or not (after a stack restart: the cold start)"
+    )
     time_scale: float = Field(
         1.0,
         description="Engine seconds per wall-clock second (a simulated cluster paced faster than real time); every "

@@ -23,6 +23,7 @@ from kvbench_loadgen.sessions import Session, Turn
 from kvbench_loadgen.workload import Source
 from kvbench_sim.engine import Engine, SimRequest, StepPlan
 from kvbench_sim.profiles import Profile, load_profile
+from kvbench_sim.records import file_backed
 from kvbench_sim.stacks import SimLayout
 from kvbench_sim.text import chat_to_prompt, output_words, tokenize
 from kvbench_sim.tiers import Link, Transfer
@@ -68,6 +69,19 @@ class Cluster:
     @property
     def all_engines(self) -> list[Engine]:
         return [*self.engines, *self.prefill]
+
+    def restart_stack(self, at_s: float) -> float:
+        """What the planner does before a job when the cache state is ``empty``: the stack's processes start again.
+        Engines lose their GPU and host tiers and pay a cold start; a disk tier or a shared filesystem keeps its
+        records; a memory store (Mooncake, Valkey) started with the stack loses its chunks. Returns when every
+        engine serves again (the planner starts the load once the stack is healthy)."""
+        shared = {id(t): t for e in self.all_engines for t in e.tiers if t.config.store_id and not file_backed(t)}
+        for tier in shared.values():
+            tier.clear()
+        for engine in self.all_engines:
+            engine.restart(at_s)
+        self.pd_link.flows.clear()
+        return max(e.serving_from_s for e in self.all_engines)
 
     def pick(self, session_id: str, prompt: list[str]) -> int:
         n = len(self.engines)

@@ -80,10 +80,13 @@ def run_job(
     slo = workload.measurement.slo
     figures = analyze(records, warmup, load_end, Slo(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms))
     engines = [*cluster.engines, *cluster.prefill]
+    first = min(records, key=lambda r: r.start_s, default=None)
     figures.update(
         {
             "load_level": load_level,
             "repeat": repeat,
+            # measured or not: after a (re)start, what the cold engine made the first user wait
+            "first_request_ttft_ms": first.ttft_s * 1e3 if first is not None and first.ttft_s is not None else None,
             "warmup_s": warmup,
             "load_end_s": load_end,
             "virtual_end_s": sim.now,
@@ -110,15 +113,24 @@ def _summary(values: list[float | None]) -> dict[str, Any]:
 
 
 def run_plan(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
+    """Every workload on its own simulated cluster; its jobs one after another on that cluster, as the planner
+    runs them: before every job but the first, ``cache_state: empty`` restarts the stack (``restart_stack``) and
+    ``warm`` keeps every cache."""
     workloads = []
     for workload in plan.workloads:
-        points = []
+        points: list[dict[str, Any]] = []
+        cluster: Cluster | None = None
+        end_s = 0.0
         for level in workload.traffic.arrivals.load_levels():
-            jobs = []
+            jobs: list[dict[str, Any]] = []
             for repeat in range(workload.measurement.repeats):
                 if progress:
                     progress(f"{workload.name}: load {level:g}, repeat {repeat + 1}/{workload.measurement.repeats}")
-                figures, _, _ = run_job(workload, level, repeat)
+                restarted = cluster is not None and workload.measurement.cache_state == "empty"
+                start_s = cluster.restart_stack(end_s) if cluster is not None and restarted else end_s
+                figures, cluster, sim = run_job(workload, level, repeat, cluster=cluster, start_s=start_s)
+                figures["cache_state"] = "restarted" if restarted else "fresh" if not jobs and not points else "warm"
+                end_s = sim.now
                 jobs.append(figures)
             points.append(
                 {
