@@ -322,25 +322,31 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         await store.close()
 
 
+async def _one_finished_job(store: Store, run_id: str, job_id: str, stack: str, time_scale: float = 1.0) -> JobStarted:
+    """A run of one workload ``w`` whose one job finished with 20 records over a 2..30 s window."""
+
+    async def nothing(_: str) -> None:
+        return None
+
+    plan = {"workloads": [{"name": "w", "stack": stack, "strategy": "own_cache"}]}
+    job = {"job_id": job_id, "workload": "w", "stack": stack, "load_level": 1, "repeat": 0}
+    started = JobStarted(job_id=job_id, run_id=run_id, workload="w", shard="lg")
+    done = JobFinished(job_id=job_id, run_id=run_id, workload="w", shard="lg", records=20, load_duration_s=30,
+                       warmup_s=2, offered_load=1, tokenizer="words", time_scale=time_scale)  # fmt: skip
+    submitted = RunSubmitted(run_id=run_id, plan_name="p", plan=plan, jobs=[job])
+    await Ingestor(store, nothing).control([submitted, started, done])
+    await store.insert_records(run_id, _records(job_id, 20))
+    return started
+
+
 async def test_a_simulated_clusters_engine_seconds_map_onto_the_wall_clock_scrapes(fresh_database: str) -> None:
     """Engines paced 10x real time: the job's records say a 2..30 engine-second window, which the engines lived
     between 0.2 and 3.0 wall seconds after the job started; the engine counters are differenced over that."""
     from datetime import timedelta  # noqa: PLC0415
 
     store = await Store.open(fresh_database)
-
-    async def nothing(_: str) -> None:
-        return None
-
-    ingestor = Ingestor(store, nothing)
     try:
-        plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
-        job = {"job_id": "JT", "workload": "w", "stack": "vllm-prefix-gpu", "load_level": 1, "repeat": 0}
-        started = JobStarted(job_id="JT", run_id="RT", workload="w", shard="lg")
-        done = JobFinished(job_id="JT", run_id="RT", workload="w", shard="lg", records=20, load_duration_s=30,
-                           warmup_s=2, offered_load=1, tokenizer="words", time_scale=10.0)  # fmt: skip
-        await ingestor.control([RunSubmitted(run_id="RT", plan_name="p", plan=plan, jobs=[job]), started, done])
-        await store.insert_records("RT", _records("JT", 20))
+        started = await _one_finished_job(store, "RT", "JT", "vllm-prefix-gpu", time_scale=10.0)
 
         def sample(after_s: float, prompt_tokens: float) -> EngineSampled:
             return EngineSampled(node_id="n", run_id="RT", engine_id="e", job_id="JT", values={},
@@ -369,19 +375,8 @@ async def test_a_split_stacks_prompts_count_once_with_each_sides_sources(fresh_d
     from datetime import timedelta  # noqa: PLC0415
 
     store = await Store.open(fresh_database)
-
-    async def nothing(_: str) -> None:
-        return None
-
-    ingestor = Ingestor(store, nothing)
     try:
-        plan = {"workloads": [{"name": "w", "stack": "vllm-pd-nixl", "strategy": "split"}]}
-        job = {"job_id": "JP", "workload": "w", "stack": "vllm-pd-nixl", "load_level": 1, "repeat": 0}
-        started = JobStarted(job_id="JP", run_id="RP", workload="w", shard="lg")
-        done = JobFinished(job_id="JP", run_id="RP", workload="w", shard="lg", records=20, load_duration_s=30,
-                           warmup_s=2, offered_load=1, tokenizer="words")  # fmt: skip
-        await ingestor.control([RunSubmitted(run_id="RP", plan_name="p", plan=plan, jobs=[job]), started, done])
-        await store.insert_records("RP", _records("JP", 20))
+        started = await _one_finished_job(store, "RP", "JP", "vllm-pd-nixl")
 
         def sample(engine: str, role: str, after_s: float, counters: dict[str, float]) -> EngineSampled:
             at = started.occurred_at + timedelta(seconds=after_s)

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
+from kvbench_sim.background import run_while_serving
+
 if TYPE_CHECKING:
     from kvbench_sim.tiers import Tier
 
@@ -134,15 +136,4 @@ def tier_signature(tier: Tier, model: str) -> dict[str, object]:
 
 def keep_while_serving(app: web.Application, kept: Sequence[TierRecords]) -> None:
     """Write ``kept`` records while ``app`` serves, and once more when it stops."""
-    tasks: list[asyncio.Task[None]] = []
-
-    async def start(_: web.Application) -> None:
-        tasks.extend(asyncio.create_task(records.keep(), name="sim-records") for records in kept)
-
-    async def stop(_: web.Application) -> None:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
+    run_while_serving(app, "sim-records", *(records.keep for records in kept))

@@ -38,6 +38,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kvbench_sim.background import run_while_serving
 from kvbench_sim.records import TierRecords, keep_while_serving
 from kvbench_sim.tiers import Link, Tier, Transfer
 
@@ -219,18 +220,7 @@ def build_store(index: SharedIndex, pacer: FlowPacer | None = None) -> web.Appli
     app.add_routes([web.get("/ws", ws), web.get("/health", health), web.get("/metrics", metrics)])
     app.on_shutdown.append(close_peers)
     if pacer is not None:
-        pacing: list[asyncio.Task[None]] = []
-
-        async def start_pacing(_: web.Application) -> None:
-            pacing.append(asyncio.create_task(pacer.run(through), name="sim-store-pacer"))
-
-        async def stop_pacing(_: web.Application) -> None:
-            for task in pacing:
-                task.cancel()
-            await asyncio.gather(*pacing, return_exceptions=True)
-
-        app.on_startup.append(start_pacing)
-        app.on_cleanup.append(stop_pacing)
+        run_while_serving(app, "sim-store-pacer", lambda: pacer.run(through))
     return app
 
 
