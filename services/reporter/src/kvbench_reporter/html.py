@@ -305,7 +305,7 @@ def render_html(report: dict[str, Any]) -> str:
             f"<tr><td><code>{escape(j['job_id'])}</code></td><td>{_fmt(j['load_level'], 0)}</td>"
             f"<td>{j['repeat']}</td><td>{escape(j['status'])}</td><td>{_fmt(j['requests'])}</td>"
             f"<td>{_fmt(j.get('requests_measured'))}</td>{_stat_cells(j.get('ttft_ms'))}"
-            f"<td>{_fmt(j.get('output_tokens_per_s'))}</td></tr>"
+            f"<td>{_fmt(j.get('output_tokens_per_s'))}</td><td>{_fmt(j.get('first_request_ttft_ms'))}</td></tr>"
             for j in w["jobs"]
         )
         ec = w.get("engine_counters")
@@ -351,7 +351,8 @@ def render_html(report: dict[str, Any]) -> str:
             + f"</table><h3>Did distributed KV help?</h3>{engine_line}"
             f"<h3>What happened underneath?</h3><table><tr><th>job</th><th>load</th><th>repeat</th><th>status</th>"
             f"<th>requests</th><th>measured</th><th>TTFT mean</th><th>p50</th><th>p90</th><th>p99</th>"
-            f"<th>tok/s</th></tr>{job_rows}</table></section>"
+            f"<th>tok/s</th><th title='TTFT of the job&#39;s first request, measured or not: after a stack restart, "
+            f"the cold start'>first request TTFT ms</th></tr>{job_rows}</table></section>"
         )
     events = "".join(
         f"<tr><td>{escape(e['at'][11:23])}</td><td>{escape(e['schema'])}</td><td>{escape(e['node_id'] or '')}</td>"
