@@ -258,3 +258,19 @@ def test_a_restarted_stack_loses_a_memory_store_and_keeps_a_shared_filesystem() 
         assert serving >= sim.now
         assert shared.chunks == (held if kept else 0)
         assert all(t.chunks == 0 for e in cluster.all_engines for t in e.tiers if t.name == "host")
+
+
+def test_every_example_plan_with_a_simulated_cluster_runs_in_batch_mode() -> None:
+    """What `kvbench sim run` is first given: the shipped examples (the demo's shared store once failed here)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    from kvbench_sim.whatif import run_plan  # noqa: PLC0415
+
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    for name in ("demo.yaml", "pd-split-small.yaml", "lmcache-study-small.yaml"):
+        report = run_plan(Plan.model_validate(yaml.safe_load((examples / name).read_text())))
+        for workload in report["workloads"]:
+            for point in workload["test_points"]:
+                assert all(job["requests_measured"] > 0 for job in point["jobs"]), (name, workload["name"])

@@ -103,3 +103,31 @@ def test_step_time_matches_the_calibration_table() -> None:
 def test_unknown_profile_names_what_is_known() -> None:
     with pytest.raises(ValueError, match="known: "):
         load_profile("A100", "Qwen/Qwen3-8B")
+
+
+def test_a_load_from_a_shared_tier_lands_on_the_engine_that_started_it() -> None:
+    """Engines of a batch cluster share one tier object and its link: whichever engine looks first, each landed
+    load goes back to its own engine (it used to be taken by the first to look, which then failed)."""
+    from kvbench_sim.profiles import TierConfig  # noqa: PLC0415
+
+    shared = TierConfig(name="shared", capacity_gb=100, bw_gbps=1, lat_ms=1, chunk_tokens=256, store_id="pool")
+    profile = load_profile("H100", "Qwen/Qwen3-8B", EngineConfig(tiers=(shared,)))
+    stores: dict[str, object] = {}
+    a, b = Engine(profile, seed=0, shared_stores=stores), Engine(profile, seed=1, shared_stores=stores)  # type: ignore[arg-type]
+    assert a.tiers[0] is b.tiers[0]
+    prompt = [f"doc{i}" for i in range(3000)]
+    a.tiers[0].commit(chain_hashes(prompt, 256))  # another engine stored the document earlier
+    a.add(SimRequest("ra", prompt, 4, 0.0))
+    b.add(SimRequest("rb", prompt, 4, 0.0))
+    assert a.schedule(0.0) is None  # both wait for their loads from the pool
+    assert b.schedule(0.0) is None
+    assert [r.request_id for r in a.loading] == ["ra"]
+    assert [r.request_id for r in b.loading] == ["rb"]
+    a.advance(10.0)  # A looks first and sees both loads landed
+    assert [r.request_id for r in a.waiting] == ["ra"]
+    assert [r.request_id for r in b.waiting] == ["rb"]
+    assert not a.loading
+    assert not b.loading
+    plan = b.schedule(10.0)
+    assert plan is not None
+    assert plan.prefill  # B computes the prompt's last tokens: the rest came from the pool

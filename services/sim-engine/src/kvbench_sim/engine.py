@@ -131,11 +131,14 @@ class Engine:
         return min(times) if times else None
 
     def advance(self, now_s: float) -> None:
-        """Apply every transfer that has landed by ``now_s``."""
+        """Apply every transfer that has landed by ``now_s``. A shared tier's link carries every engine's flows
+        (batch mode): a load that landed is handed to the engine that started it."""
         self.clock_s = max(self.clock_s, now_s)
         for tier in self.tiers:
             for transfer in tier.link.landed(now_s):
-                self._landed(tier, transfer)
+                owner = transfer.on_done[0] if transfer.key == "load" and isinstance(transfer.on_done, tuple) else self
+                assert isinstance(owner, Engine)
+                owner._landed(tier, transfer)
 
     def _landed(self, tier: Tier, transfer: Transfer) -> None:
         kind = transfer.key
@@ -143,7 +146,8 @@ class Engine:
             assert isinstance(transfer.on_done, tuple)
             tier.commit(transfer.on_done)
             return
-        req = transfer.on_done
+        assert isinstance(transfer.on_done, tuple)
+        req = transfer.on_done[1]
         assert isinstance(req, SimRequest)
         req.loads_pending -= 1
         if req.loads_pending == 0 and not req.finished:
@@ -174,7 +178,7 @@ class Engine:
             return -1  # no GPU blocks to load into yet
         for tier, first, last in plan:
             tokens = (last - first) * tier.chunk_tokens
-            tier.load(self.clock_s, last - first, "load", req)
+            tier.load(self.clock_s, last - first, "load", (self, req))
             req.loads_pending += 1
             self.counters.tier_hits[tier.name] = self.counters.tier_hits.get(tier.name, 0) + tokens
             self.counters.tier_load_bytes[tier.name] = (
