@@ -38,7 +38,7 @@ def test_sim_argv_expresses_the_stack() -> None:
     decode = sim_engine_argv(command("vllm-pd-nixl"), 9000, pd_role="decode")
     assert decode[decode.index("--pd-role") + 1] == "decode"
     with pytest.raises(LaunchError, match="no simulated server form"):
-        sim_engine_argv(command("trtllm-pd-nixl"), 9000)
+        sim_engine_argv(command("vllm-pd-lmcache-store"), 9000)
 
 
 def test_scrape_keeps_engine_series_and_drops_created_and_buckets() -> None:
@@ -282,3 +282,77 @@ async def test_engines_loading_from_the_store_at_once_share_its_bandwidth(tmp_pa
     finally:
         for launcher, deployment in zip(launchers, deployments, strict=True):
             await launcher.stop(deployment)
+
+
+@pytest.mark.parametrize(
+    ("stack", "engine", "tiers", "prefill_tiers"),
+    [
+        ("vllm-pd-mori", "vllm", [], []),
+        ("sglang-pd-mori", "sglang", [], []),
+        ("sglang-pd-mooncake", "sglang", [], []),
+        ("trtllm-pd-nixl", "trtllm", [], []),
+        ("sglang-pd-decode-offload", "sglang", ["host"], []),  # the decode side only
+        ("vllm-pd-nixl-lmcache", "vllm", ["host", "disk"], ["host", "disk"]),
+        ("sglang-hicache-mori", "sglang", ["host", "shared"], None),
+        ("trtllm-lmcache-valkey", "trtllm", ["host", "shared"], None),
+    ],
+)
+def test_every_simulated_stack_has_its_engines_and_tiers(
+    stack: str, engine: str, tiers: list[str], prefill_tiers: list[str] | None
+) -> None:
+    from kvbench_sim.stacks import layout_for  # noqa: PLC0415
+
+    spec = command(stack).model_copy(
+        update={
+            "engine": {"name": engine, "tensor_parallel_size": 1},
+            "kv_tier": "nvme" if "disk" in tiers else "gpu",
+            "sim": {"gpu": "MI300X" if "mori" in stack else "H100", "machines": 2},
+            "sizing": {"prefill_machines": 1, "host_memory_gb": 10, "disk_tier_gb": 50},
+        }
+    )
+    argv = sim_engine_argv(spec, 9000, pd_role="decode" if prefill_tiers is not None else None)
+    layout = json.loads(argv[argv.index("--layout") + 1])
+    sim = layout_for(layout["workload"], layout["cluster"])
+    assert [t.name for t in sim.engine.tiers] == tiers
+    assert sim.engine_name == engine
+    if prefill_tiers is None:
+        assert sim.prefill_engines == 0
+    else:
+        assert sim.prefill_engines == 1
+        assert sim.prefill is not None
+        assert [t.name for t in sim.prefill.tiers] == prefill_tiers
+
+
+async def test_an_sglang_split_stack_with_decode_side_offload_is_served(tmp_path: Path) -> None:
+    """sglang-pd-decode-offload: a prefill engine without tiers, a decode engine with a host tier, SGLang's metric
+    names, and the prompt's KV counted as moved."""
+    import aiohttp  # noqa: PLC0415
+
+    split = command("sglang-pd-decode-offload").model_copy(
+        update={
+            "engine": {"name": "sglang", "tensor_parallel_size": 1},
+            "sim": {"gpu": "H100", "speed": 4.0, "machines": 2},
+            "sizing": {"prefill_machines": 1, "host_memory_gb": 10},
+            "routing": "pd_aware",
+            "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
+        }
+    )
+    launcher = SimLauncher("n0", tmp_path, health_timeout_s=60)
+    deployment = await launcher.start(split)
+    try:
+        roles = {e.role: e for e in deployment.endpoints}
+        body = {"model": "Qwen/Qwen3-8B", "prompt": " ".join(f"p{i}" for i in range(1000)), "max_tokens": 3,
+                "stream": True}  # fmt: skip
+        async with aiohttp.ClientSession() as http:
+            async with http.post(roles["router"].base_url + "/v1/completions", json=body) as response:
+                events = [line async for line in response.content if line.startswith(b"data: {")]
+            assert len(events) == 3
+            metrics = {}
+            for role in ("prefill", "decode"):
+                async with http.get(roles[role].metrics_url) as response:
+                    metrics[role] = await response.text()
+        assert "sglang:kv_transfer_total_mb" in metrics["decode"]
+        assert 'kvbench_sim_tier_chunks{tier="host"}' in metrics["decode"]
+        assert 'kvbench_sim_tier_chunks{tier="host"}' not in metrics["prefill"]
+    finally:
+        await launcher.stop(deployment)

@@ -95,7 +95,9 @@ def _profile(args: argparse.Namespace) -> Profile:
     if args.layout:
         spec = json.loads(args.layout)
         layout = layout_for(spec["workload"], spec.get("cluster") or {"gpu": args.gpu})
-        return load_profile(args.gpu, args.model, layout.engine)
+        # a split stack's prefill engines may differ from its decode engines (decode-side offload)
+        config = layout.prefill if args.pd_role == "prefill" and layout.prefill is not None else layout.engine
+        return load_profile(args.gpu, args.model, config)
     return load_profile(
         args.gpu,
         args.model,

@@ -30,15 +30,23 @@ SIM_STACKS = (
     "vllm-pd-nixl",
     "vllm-pd-mooncake",
     "vllm-pd-nixl-native-offload",
+    "vllm-pd-nixl-lmcache",
+    "vllm-pd-mori",
     "sglang-radix-off",
     "sglang-radix",
     "sglang-hicache-host",
     "sglang-hicache-file",
     "sglang-hicache-mooncake",
     "sglang-pd-nixl",
+    "sglang-pd-mooncake",
+    "sglang-pd-decode-offload",
+    "sglang-pd-mori",
+    "sglang-hicache-mori",
     "trtllm-reuse-off",
     "trtllm-reuse",
     "trtllm-host-offload",
+    "trtllm-pd-nixl",
+    "trtllm-lmcache-valkey",
 )
 
 # the GPU profiles' measured restart costs (simulator.md section 4; the LMCache study on GB10)
@@ -93,18 +101,21 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         "sglang-hicache-host",
         "trtllm-host-offload",
         "vllm-pd-nixl-native-offload",
+        "sglang-pd-decode-offload",
     ):
         tiers = (host(),)
-    elif stack == "vllm-lmcache-mp":
+    elif stack in ("vllm-lmcache-mp", "vllm-pd-nixl-lmcache"):
         tiers = (host(chunk),)
         if workload.get("kv_tier") == "nvme" or sizing.get("disk_tier_gb"):
             disk_gb = float(sizing.get("disk_tier_gb") or 1000)
             fs = TierConfig(name="disk", capacity_gb=disk_gb, chunk_tokens=chunk, **LMCACHE_FS)  # type: ignore[arg-type]
             tiers = (*tiers, fs.model_copy(update={"bw_gbps": min(fs.bw_gbps, disk_gbps)}))
-    elif stack in ("vllm-lmcache-valkey",):
+    elif stack in ("vllm-lmcache-valkey", "trtllm-lmcache-valkey"):
         tiers = (host(chunk), shared("valkey", min(nic_gbytes, 2.0), 1.0, chunk))
     elif stack in ("vllm-lmcache-mooncake", "vllm-mooncake-store", "sglang-hicache-mooncake"):
         tiers = (host(chunk), shared("mooncake", nic_gbytes, 0.5, chunk))
+    elif stack == "sglang-hicache-mori":  # MoRI-IO moves a HiCache tier's pages over RDMA, like Mooncake's store
+        tiers = (host(chunk), shared("mori", nic_gbytes, 0.5, chunk))
     elif stack in ("vllm-native-shared-fs", "sglang-hicache-file"):
         tiers = (host(), shared("shared-fs", min(disk_gbps, nic_gbytes), 0.2, LMCACHE_CHUNK))
     prefix = not stack.endswith(("-off", "reuse-off"))
@@ -125,7 +136,9 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         if not prefill_engines:
             prefill_engines = max(1, int(sizing.get("prefill_gpus") or 1) // tp)
         decode = max(1, engines - prefill_engines)
-        return SimLayout(config, decode, prefill_engines, config, nic_gbytes, 1.0, name)
+        # decode-side offload: only the decode engines keep a host tier (the prefill engines hand every prompt on)
+        prefill = config.model_copy(update={"tiers": ()}) if stack == "sglang-pd-decode-offload" else config
+        return SimLayout(config, decode, prefill_engines, prefill, nic_gbytes, 1.0, name)
     return SimLayout(config, engines, engine_name=name)
 
 
