@@ -131,3 +131,30 @@ def test_a_load_from_a_shared_tier_lands_on_the_engine_that_started_it() -> None
     plan = b.schedule(10.0)
     assert plan is not None
     assert plan.prefill  # B computes the prompt's last tokens: the rest came from the pool
+
+
+def test_under_preemption_no_request_is_scheduled_twice_and_every_one_finishes() -> None:
+    """A pool too small for three growing requests: the newest running one is preempted (vLLM's recompute order),
+    never one already placed in the step, and a step that preempted admits nobody; every request still ends with
+    exactly its tokens (a request used to land in one step's decode and prefill lists at once)."""
+    profile = load_profile("H100", "Qwen/Qwen3-8B", EngineConfig(kv_cache_gb=20 * 16 * 147_456 / 1e9))
+    engine = Engine(profile, seed=0)
+    assert engine.pool.num_blocks == 20
+    for k in range(3):
+        engine.add(SimRequest(f"r{k}", [f"u{k}w{i}" for i in range(100)], 100, 0.0))
+    now, tokens = 0.0, dict.fromkeys(("r0", "r1", "r2"), 0)
+    finished: set[str] = set()
+    for _ in range(10_000):
+        plan = engine.schedule(now)
+        if plan is None:
+            break
+        placed = [r.request_id for r, _ in plan.prefill] + [r.request_id for r in plan.decode]
+        assert len(placed) == len(set(placed)), placed
+        now += plan.duration_s
+        for event in engine.complete(plan, now):
+            tokens[event.request_id] += 1
+            if event.finished:
+                finished.add(event.request_id)
+    assert finished == {"r0", "r1", "r2"}
+    assert engine.counters.preemptions > 0
+    assert all(n >= 100 for n in tokens.values())

@@ -259,18 +259,20 @@ class Engine:
         req.blocks = []
 
     def _preempt_newest(self, keep: SimRequest) -> bool:
-        victims = [r for r in self.running if r is not keep]
-        if not victims:
+        """vLLM's order: the newest running request gives its blocks back (to be recomputed), even when that is
+        ``keep`` itself; False then (``keep`` waits). Requests placed in this step come before ``keep`` in the
+        running list, so one is never preempted after it was scheduled."""
+        if not self.running:
             return False
-        victim = victims[-1]
-        self.running.remove(victim)
+        victim = self.running[-1]
+        self.running.pop()
         self._free(victim)
         victim.num_computed = 0
         victim.registered = 0
         victim.admitted = False
         self.counters.preemptions += 1
         self.waiting.appendleft(victim)
-        return True
+        return victim is not keep
 
     def schedule(self, now_s: float | None = None) -> StepPlan | None:
         if now_s is not None:
@@ -309,7 +311,13 @@ class Engine:
             else:
                 decode.append(req)
                 budget -= 1
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+        # as vLLM: a step that had to preempt admits nobody from the waiting queue (not even the preempted)
+        while (
+            self.waiting
+            and budget > 0
+            and len(self.running) < cfg.max_num_seqs
+            and (self.counters.preemptions == preemptions)
+        ):
             req = self.waiting[0]
             if not req.admitted and req.sources.get("transferred"):
                 if not self._grow(req, req.loaded_to):
