@@ -173,7 +173,6 @@ class Simulation:
             elif kind == "wake":
                 if self._wake_at.get(payload) == at:
                     self._wake_at.pop(payload, None)
-                    self._busy.discard(payload)
                     self._kick(payload)
             elif kind == "pd":
                 self._pd_landed(payload)
@@ -298,13 +297,15 @@ class Simulation:
         plan = engine.schedule_run(self.now)
         if plan is not None:
             self._busy.add(index)
+            self._wake_at.pop(index, None)
             token = next(self._seq)
             self._running[index] = (plan, self.now, token)
             self._push(self.now + plan.duration_s, "step", (index, plan, token))
             return
+        # idle until a transfer lands or the engine is up: a request that arrives meanwhile is scheduled at once
+        # (the engine is not busy; it used to wait for the wake, e.g. seconds of a slow tier's store)
         wake = [t for t in (engine.next_transfer_s(), engine.serving_from_s) if t is not None and t > self.now]
-        if wake:
-            self._busy.add(index)
+        if wake and self._wake_at.get(index) != min(wake):
             self._wake_at[index] = min(wake)
             self._push(min(wake), "wake", index)
 
