@@ -58,7 +58,7 @@ class PacedEngine:
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sim-writer")
 
     def now_s(self) -> float:
-        return (time.monotonic() - self._t0) * self.speed
+        return self.virtual_at(time.monotonic())
 
     def virtual_at(self, monotonic_s: float) -> float:
         """This engine's virtual time at monotonic time ``monotonic_s``."""
