@@ -135,7 +135,7 @@ class Simulation:
         self.records: list[RequestRecord] = []
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
-        self._busy: set[int] = set()  # engines with a step or wake-up scheduled (index in all_engines)
+        self._busy: set[int] = set()  # engines running a step (index in all_engines); an idle one waits in _wake_at
         self._wake_at: dict[int, float] = {}
         self.all_engines = cluster.all_engines
         self._by_request: dict[str, _Pending] = {}
