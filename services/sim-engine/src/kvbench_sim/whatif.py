@@ -126,10 +126,14 @@ def run_plan(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
             for repeat in range(workload.measurement.repeats):
                 if progress:
                     progress(f"{workload.name}: load {level:g}, repeat {repeat + 1}/{workload.measurement.repeats}")
-                restarted = cluster is not None and workload.measurement.cache_state == "empty"
-                start_s = cluster.restart_stack(end_s) if cluster is not None and restarted else end_s
+                if cluster is None:
+                    state, start_s = "fresh", end_s
+                elif workload.measurement.cache_state == "empty":
+                    state, start_s = "restarted", cluster.restart_stack(end_s)
+                else:
+                    state, start_s = "warm", end_s
                 figures, cluster, sim = run_job(workload, level, repeat, cluster=cluster, start_s=start_s)
-                figures["cache_state"] = "restarted" if restarted else "fresh" if not jobs and not points else "warm"
+                figures["cache_state"] = state
                 end_s = sim.now
                 jobs.append(figures)
             points.append(

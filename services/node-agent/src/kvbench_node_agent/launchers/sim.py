@@ -24,7 +24,7 @@ from kvbench_node_agent.launchers.base import (
 from kvbench_sim.profiles import load_profile
 from kvbench_sim.records import file_backed, tier_signature
 from kvbench_sim.router import POLICIES
-from kvbench_sim.stacks import SIM_STACKS, layout_for
+from kvbench_sim.stacks import SIM_STACKS, SimLayout, layout_for
 from kvbench_sim.tiers import Tier
 
 __all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv", "sim_router_argv"]
@@ -138,10 +138,10 @@ class SimLauncher:
         argv = sim_engine_argv(command, port)
         deployment = Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
                                 endpoints=[], processes=[])  # fmt: skip
-        store_url = await self._shared_store(deployment, command)
+        layout = layout_for(_layout(command)["workload"], command.sim or {})
+        store_url = await self._shared_store(deployment, command, layout)
         if store_url:
             argv += ["--shared-store", store_url]
-        layout = layout_for(_layout(command)["workload"], command.sim or {})
         if any(t.name == "disk" for t in layout.engine.tiers):
             disk = records_dir(self._state_dir, command, self._node_id, command.sizing.get("disk_tier_path"))
             argv += ["--records-dir", str(disk)]
@@ -150,10 +150,9 @@ class SimLauncher:
         deployment.facts["engine_argv"] = " ".join(argv[1:])
         return deployment
 
-    async def _shared_store(self, deployment: Deployment, command: StartStack) -> str | None:
+    async def _shared_store(self, deployment: Deployment, command: StartStack, layout: SimLayout) -> str | None:
         """Stacks with a shared tier: the pool's first machine starts the store process; every engine of the pool
         connects to it (and waits for it, when its machine came up first)."""
-        layout = layout_for(_layout(command)["workload"], command.sim or {})
         shared = [t for t in layout.engine.tiers if t.store_id]
         if not shared:
             return None
