@@ -118,7 +118,7 @@ def drive_process(base: str, mode: str, level: float, duration_s: float, out: An
     from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
     from kvbench_loadgen.driver import DriveConfig, Driver  # noqa: PLC0415
     from kvbench_loadgen.routing import Router  # noqa: PLC0415
-    from kvbench_loadgen.workload import build_source  # noqa: PLC0415
+    from kvbench_workloads.sources import build_source  # noqa: PLC0415
 
     traffic = {"shape": "shared_prompt", "synthetic": {"prefix_tokens": 16, "output_tokens": 16}}
     users = int(level) if mode == "closed_loop" else 1

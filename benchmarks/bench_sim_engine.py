@@ -95,7 +95,7 @@ def _drive(base: str, users: int, duration_s: float) -> None:
     from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
     from kvbench_loadgen.driver import DriveConfig, Driver  # noqa: PLC0415
     from kvbench_loadgen.routing import Router  # noqa: PLC0415
-    from kvbench_loadgen.workload import build_source  # noqa: PLC0415
+    from kvbench_workloads.sources import build_source  # noqa: PLC0415
 
     traffic = {"shape": "shared_prompt", "synthetic": {"prefix_tokens": 256, "output_tokens": 256}}
     config = DriveConfig(

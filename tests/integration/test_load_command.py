@@ -12,10 +12,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from kvbench_loadgen.mock_server import MockServer, MockTiming
-from kvbench_loadgen.traces import public_traces_dir, read_trace
 from kvbench_sim.engine import Engine
 from kvbench_sim.profiles import EngineConfig, load_profile
 from kvbench_sim.server import PacedEngine, build_app
+from kvbench_workloads.shapes.traces import public_traces_dir, read_trace
 
 pytestmark = pytest.mark.integration
 

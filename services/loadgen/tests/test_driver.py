@@ -14,10 +14,10 @@ from kvbench_contracts.records import RequestRecord
 from kvbench_loadgen.driver import DriveConfig, Driver
 from kvbench_loadgen.mock_server import MockServer, MockTiming
 from kvbench_loadgen.routing import Router
-from kvbench_loadgen.sessions import ReplaySession, Session, Turn
-from kvbench_loadgen.workload import Source, build_source
+from kvbench_workloads.sessions import ReplaySession, Session, Turn
+from kvbench_workloads.sources import Source, build_source
 
-SAMPLE = Path(__file__).parent / "data" / "agentic_madeup.jsonl"
+SAMPLE = Path(__file__).parents[3] / "libs" / "kvbench-workloads" / "tests" / "data" / "agentic_madeup.jsonl"
 
 
 @pytest.fixture

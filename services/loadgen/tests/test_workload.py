@@ -5,16 +5,12 @@ import pytest
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_loadgen.client import StreamResult
 from kvbench_loadgen.driver import to_record
-from kvbench_loadgen.prompts import words
 from kvbench_loadgen.routing import Router
-from kvbench_loadgen.sessions import Session
-from kvbench_loadgen.workload import (
-    SyntheticSession,
-    UnsupportedShapeError,
-    build_source,
-    contexts_for_ratio,
-    document_sessions,
-)
+from kvbench_workloads.prompts import words
+from kvbench_workloads.sessions import Session
+from kvbench_workloads.shapes.documents import document_sessions
+from kvbench_workloads.shapes.synthetic import SyntheticSession
+from kvbench_workloads.sources import UnsupportedShapeError, build_source, contexts_for_ratio
 
 
 def test_prompts_are_deterministic_with_exact_word_counts() -> None:

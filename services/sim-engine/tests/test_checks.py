@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from kvbench_contracts.plan import Plan, Workload
-from kvbench_loadgen.sessions import ReplaySession, Session, Turn
-from kvbench_loadgen.workload import Source
 from kvbench_sim.batch import Cluster, Simulation
 from kvbench_sim.profiles import load_profile
 from kvbench_sim.stacks import layout_for
 from kvbench_sim.timing import StepTimer
 from kvbench_sim.whatif import measured_sources, run_job
+from kvbench_workloads.sessions import ReplaySession, Session, Turn
+from kvbench_workloads.sources import Source
 
 STUDY_DOCS = {"count": 665, "tokens": 8000, "rounds": 2, "order": "tile", "measure_rounds": [2]}
 
@@ -54,7 +54,7 @@ def _first_request_after_restart(cluster: Cluster, workload: Workload, at_s: flo
             "traffic": {**workload.traffic.model_dump(), "documents": {**STUDY_DOCS, "rounds": 1}},
         }
     )
-    from kvbench_loadgen.workload import build_source  # noqa: PLC0415
+    from kvbench_workloads.sources import build_source  # noqa: PLC0415
 
     source = build_source(doc.traffic.model_dump(mode="json"), users=1)
     first = source.next_session(0)

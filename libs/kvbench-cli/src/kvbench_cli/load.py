@@ -146,7 +146,7 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
     from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
     from kvbench_loadgen.driver import DriveConfig, Driver  # noqa: PLC0415
     from kvbench_loadgen.routing import Router  # noqa: PLC0415
-    from kvbench_loadgen.workload import build_source  # noqa: PLC0415
+    from kvbench_workloads.sources import build_source  # noqa: PLC0415
 
     arrivals = traffic["arrivals"]
     mode = arrivals["mode"]

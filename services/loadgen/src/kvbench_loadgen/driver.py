@@ -18,7 +18,7 @@ import contextlib
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,10 +28,11 @@ from kvbench_contracts.envelope import new_id
 from kvbench_contracts.records import RequestRecord
 from kvbench_loadgen.client import StreamResult, stream_completion
 from kvbench_loadgen.routing import Router
-from kvbench_loadgen.sessions import Session, Turn
-from kvbench_loadgen.workload import Source
+from kvbench_workloads.arrivals import arrival_gaps
+from kvbench_workloads.sessions import Session, Turn
+from kvbench_workloads.sources import Source
 
-__all__ = ["DriveConfig", "DriveResult", "Driver", "arrival_gaps", "to_record"]
+__all__ = ["DriveConfig", "DriveResult", "Driver", "to_record"]
 
 Mode = Literal["closed_loop", "request_rate", "trace"]
 
@@ -104,15 +105,6 @@ def to_record(
         error=result.error,
         shard=shard,
     )
-
-
-def arrival_gaps(rate: float, distribution: str, burstiness: float, rng: random.Random) -> Iterator[float]:
-    """Inter-arrival gaps of mean 1/rate: exponential (Poisson), or gamma with shape ``burstiness``."""
-    while True:
-        if distribution == "gamma":
-            yield rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-        else:
-            yield rng.expovariate(rate)
 
 
 class Driver:

@@ -10,13 +10,13 @@ import math
 from kvbench_contracts.commands import RunLoad
 from kvbench_contracts.events import JobFailed, JobFinished, JobProgressed, JobStarted
 from kvbench_core.bus import Bus
-from kvbench_loadgen.agentic import DatasetNotFoundError
 from kvbench_loadgen.capacity import pool_kv_capacity_tokens
 from kvbench_loadgen.driver import DriveConfig, Driver, to_record
 from kvbench_loadgen.routing import Router
 from kvbench_loadgen.settings import LoadgenSettings
 from kvbench_loadgen.sink import RecordSink
-from kvbench_loadgen.workload import UnsupportedShapeError, build_source
+from kvbench_workloads.shapes.agentic import DatasetNotFoundError
+from kvbench_workloads.sources import UnsupportedShapeError, build_source
 
 __all__ = ["JobRunner", "to_record"]
 

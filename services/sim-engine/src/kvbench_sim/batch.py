@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench_contracts.records import RequestRecord
-from kvbench_loadgen.driver import arrival_gaps
-from kvbench_loadgen.sessions import Session, Turn
-from kvbench_loadgen.workload import Source
 from kvbench_sim.engine import Engine, SimRequest, StepPlan
 from kvbench_sim.profiles import Profile, load_profile
 from kvbench_sim.records import file_backed
 from kvbench_sim.stacks import SimLayout
 from kvbench_sim.text import chat_to_prompt, output_words, tokenize
 from kvbench_sim.tiers import Link, Transfer
+from kvbench_workloads.arrivals import arrival_gaps
+from kvbench_workloads.sessions import Session, Turn
+from kvbench_workloads.sources import Source
 
 __all__ = ["Cluster", "Simulation"]
 

@@ -10,9 +10,9 @@ from typing import Any
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.analysis import DEFINITIONS, Slo, analyze
 from kvbench_core.stats import repeat_interval
-from kvbench_loadgen.workload import build_source
 from kvbench_sim.batch import Cluster, Simulation
 from kvbench_sim.stacks import layout_for
+from kvbench_workloads.sources import build_source
 
 __all__ = ["measured_sources", "run_job", "run_plan"]
 

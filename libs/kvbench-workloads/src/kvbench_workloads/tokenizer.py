@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbench_loadgen.prompts import TOKENIZER_NAME
+from kvbench_workloads.prompts import TOKENIZER_NAME
 
 __all__ = ["PromptTokenizer", "find_tokenizer_file", "load_tokenizer"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbench_loadgen.traces import TraceRow, mooncake_prompt, public_traces_dir, read_trace, trace_sessions
+from kvbench_workloads.shapes.traces import TraceRow, mooncake_prompt, public_traces_dir, read_trace, trace_sessions
 
 TRACES = public_traces_dir() or Path("/nonexistent")
 MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kvbench_loadgen.agentic import DatasetNotFoundError, load_agentic, resolve_dataset
+from kvbench_workloads.shapes.agentic import DatasetNotFoundError, load_agentic, resolve_dataset
 
 SAMPLE = Path(__file__).parent / "data" / "agentic_madeup.jsonl"
 

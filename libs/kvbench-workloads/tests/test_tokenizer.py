@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from kvbench_loadgen.prompts import TOKENIZER_NAME, words
-from kvbench_loadgen.tokenizer import find_tokenizer_file, load_tokenizer
-from kvbench_loadgen.workload import build_source
+from kvbench_workloads.prompts import TOKENIZER_NAME, words
+from kvbench_workloads.sources import build_source
+from kvbench_workloads.tokenizer import find_tokenizer_file, load_tokenizer
 
 
 def _train(path: Path) -> Tokenizer:

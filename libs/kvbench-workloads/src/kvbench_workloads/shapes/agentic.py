@@ -10,14 +10,15 @@ counted so the report can say so.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvbench_loadgen.sessions import ReplaySession, Turn
+from kvbench_workloads.jsonl import read_jsonl
+from kvbench_workloads.sessions import ReplaySession, Session, Turn
+from kvbench_workloads.source import ShapeRequest, Source, shape_builder, shared_sessions
 
 __all__ = ["AgenticDataset", "DatasetNotFoundError", "load_agentic", "resolve_dataset"]
 
@@ -85,21 +86,17 @@ def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
                 }
 
 
+def _agentic_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "session_id": row["session_id"],
+        "messages": row["messages"],
+        "output_length": row["output_length"],
+        "gap_s": float(row.get("delay") or 0) / 1000.0,  # milliseconds in this format
+    }
+
+
 def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                yield {
-                    "session_id": row["session_id"],
-                    "messages": row["messages"],
-                    "output_length": row["output_length"],
-                    "gap_s": float(row.get("delay") or 0) / 1000.0,  # milliseconds in this format
-                }
-            except (KeyError, ValueError, TypeError) as exc:
-                raise ValueError(f"traffic.dataset: {path} line {number} is not an agentic row: {exc}") from exc
+    return read_jsonl(path, _agentic_row, field="traffic.dataset", kind="an agentic row")
 
 
 def _clean(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -160,3 +157,13 @@ def load_agentic(path: Path, *, max_sessions: int | None = None) -> AgenticDatas
     if data.chain_breaks:
         data.notes.append(f"{data.chain_breaks} chain break(s): turns that did not extend their session's history")
     return data
+
+
+@shape_builder("agentic_replay")
+def agentic_source(request: ShapeRequest) -> Source:
+    data = load_agentic(resolve_dataset(request.traffic.get("dataset")))
+    notes = [*data.notes, f"agentic data set {data.source}: {len(data.sessions)} sessions from {data.rows} rows"]
+    sessions: list[Session] = list(data.sessions)
+    return Source(
+        request.shape, shared_sessions(sessions, request.shard, request.shards), request.my_users, True, notes=notes
+    )

@@ -26,9 +26,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from kvbench_loadgen.prompts import words
-from kvbench_loadgen.sessions import Session, Turn
+from kvbench_workloads.jsonl import read_jsonl
+from kvbench_workloads.prompts import words
+from kvbench_workloads.sessions import Session, Turn
+from kvbench_workloads.source import ShapeRequest, Source, UnsupportedShapeError, shape_builder, shared_sessions
 
 __all__ = [
     "TraceRow",
@@ -89,21 +92,17 @@ def mooncake_prompt(row: TraceRow, block_tokens: int = MOONCAKE_BLOCK_TOKENS) ->
     return " ".join(parts)
 
 
+def _mooncake_row(row: dict[str, Any]) -> TraceRow:
+    return TraceRow(
+        at_s=float(row["timestamp"]) / 1000.0,
+        input_tokens=int(row["input_length"]),
+        output_tokens=max(1, int(row["output_length"])),
+        hash_ids=tuple(int(h) for h in row["hash_ids"]),
+    )
+
+
 def _mooncake(path: Path) -> Iterator[TraceRow]:
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                yield TraceRow(
-                    at_s=float(row["timestamp"]) / 1000.0,
-                    input_tokens=int(row["input_length"]),
-                    output_tokens=max(1, int(row["output_length"])),
-                    hash_ids=tuple(int(h) for h in row["hash_ids"]),
-                )
-            except (KeyError, ValueError, TypeError) as exc:
-                raise ValueError(f"traffic.trace.path: {path} line {number} is not a Mooncake row: {exc}") from exc
+    return read_jsonl(path, _mooncake_row, field="traffic.trace.path", kind="a Mooncake row")
 
 
 def _azure(path: Path) -> Iterator[TraceRow]:
@@ -235,3 +234,25 @@ def trace_sessions(
             break
         sessions.append(TraceSession(f"r{index}", scaled, fmt, block_tokens))
     return sessions
+
+
+@shape_builder("trace_replay")
+def trace_source(request: ShapeRequest) -> Source:
+    trace = request.traffic.get("trace")
+    if not trace:
+        raise UnsupportedShapeError("traffic.trace is required for trace_replay: {format, path, time_scale}")
+    sessions: list[Session] = list(
+        trace_sessions(
+            str(trace["format"]),
+            Path(str(trace["path"])).expanduser(),
+            time_scale=float(trace.get("time_scale", 1.0)),
+            jitter=bool(trace.get("jitter", False)),
+            seed=request.seed,
+            horizon_s=request.horizon_s,
+            block_tokens=int(trace.get("block_tokens", 512)),
+        )
+    )
+    notes = [f"trace {trace['path']} ({trace['format']}): {len(sessions)} requests"]
+    return Source(
+        request.shape, shared_sessions(sessions, request.shard, request.shards), request.my_users, True, notes=notes
+    )

@@ -1,0 +1,97 @@
+"""Synthetic multi-turn sessions: ``synthetic_sessions``, ``shared_prompt`` and ``per_user_history``.
+
+Each user has an endless series of conversations: a group prefix, then per turn new input; the history (inputs
+and the model's replies) is resent on every turn.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+from kvbench_workloads.prompts import words
+from kvbench_workloads.sessions import Session, Turn
+from kvbench_workloads.source import ShapeRequest, Source, contexts_for_ratio, shape_builder
+
+__all__ = ["SyntheticSession"]
+
+
+class SyntheticSession(Session):
+    """A user's conversation: a group prefix, then per turn new input; the history (inputs and the model's
+    replies) is resent on every turn."""
+
+    def __init__(self, session_id: str, prefix: list[str], turns: int, input_tokens: int, output_tokens: int,
+                 think_time_s: float) -> None:  # fmt: skip
+        super().__init__(session_id)
+        self.prefix, self.turns = prefix, turns
+        self.input_tokens, self.output_tokens, self.think_time_s = input_tokens, output_tokens, think_time_s
+        self.history: list[str] = []
+        self._built: tuple[int, Turn] | None = None  # the driver may look at the next turn before sending it
+
+    def next_turn(self) -> Turn | None:
+        if self.turn >= self.turns:
+            return None
+        if self._built is not None and self._built[0] == self.turn:
+            return self._built[1]
+        prompt = (*self.prefix, *self.history, *words(f"{self.session_id}/t{self.turn}", self.input_tokens))
+        turn = Turn(
+            prompt=" ".join(prompt),
+            messages=None,
+            words=prompt,
+            prompt_tokens=len(prompt),
+            output_tokens=self.output_tokens,
+            gap_s=self.think_time_s if self.turn > 0 else 0.0,
+        )
+        self._built = (self.turn, turn)
+        return turn
+
+    def record(self, turn: Turn, reply: str, ok: bool) -> None:
+        if ok:
+            said = turn.words if turn.words is not None else tuple((turn.prompt or "").split())
+            self.history = [*said[len(self.prefix) :], *reply.split()]
+            self.turn += 1
+        else:
+            self.turn = self.turns  # a failed turn ends the conversation: its history is unknown
+
+
+@shape_builder("synthetic_sessions", "shared_prompt", "per_user_history")
+def synthetic_source(request: ShapeRequest) -> Source:
+    notes: list[str] = []
+    spec = request.traffic.get("synthetic") or {}
+    shape, population = request.shape, max(1, request.users)
+    ratio, capacity = request.working_set_ratio, request.capacity_tokens
+    groups = int(spec.get("groups", 4))
+    prefix_tokens = int(spec.get("prefix_tokens", 1024))
+    turns = int(spec.get("turns", 4))
+    input_tokens, output_tokens = int(spec.get("input_tokens", 128)), int(spec.get("output_tokens", 64))
+    if shape == "shared_prompt":
+        groups, turns = 1, 1
+    if ratio and capacity and shape != "per_user_history" and prefix_tokens > 0:
+        groups = contexts_for_ratio(ratio, capacity, prefix_tokens)
+        notes.append(
+            f"working_set_ratio {ratio} over {capacity:,} GPU KV tokens: {groups} distinct prefixes of {prefix_tokens}"
+        )
+    numbers: dict[int, itertools.count[int]] = {}
+
+    def next_session(user: int) -> Session:
+        number = next(numbers.setdefault(user, itertools.count()))
+        if shape == "per_user_history":
+            prefix: list[str] = []
+        else:
+            # a user keeps its group; with more groups than users (working-set ratio) its sessions walk the groups
+            group = user % groups if groups <= population else (user + number * population) % groups
+            prefix = _prefix(group, prefix_tokens)
+        return SyntheticSession(
+            f"u{user}-s{number}", prefix, turns, input_tokens, output_tokens, float(spec.get("think_time_s", 0.0))
+        )
+
+    return Source(shape, next_session, request.my_users, finite=False, notes=notes)
+
+
+@lru_cache(maxsize=4096)
+def _prefix_words(group: int, tokens: int) -> tuple[str, ...]:
+    return tuple(words(f"prefix/{group}", tokens))
+
+
+def _prefix(group: int, tokens: int) -> list[str]:
+    return list(_prefix_words(group, tokens))
