@@ -10,8 +10,8 @@ from kvbench_core.embedded import free_port, pid_alive
 from kvbench_node_agent.launchers.process import ProcessLauncher, docker_argv
 from kvbench_node_agent.normalize import engine_kind, normalize
 from kvbench_node_agent.preflight import check_binaries, check_model, check_ports, check_sizing
-from kvbench_node_agent.recipes import EngineSettings, PoolMachine, ProcessSpec, RenderContext, render
 from kvbench_node_agent.scrape import parse_samples
+from kvbench_stacks.recipes import EngineSettings, PoolMachine, ProcessSpec, RenderContext, render
 
 METRICS = Path(__file__).parent / "metrics"
 

@@ -454,7 +454,7 @@ def cmd_plan_schema(_: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from kvbench_planner.app import stack_rows  # noqa: PLC0415 (the same rows as GET /v1/catalog/stacks)
+    from kvbench_stacks.query import stack_rows  # noqa: PLC0415 (the same rows as GET /v1/catalog/stacks)
 
     rows = stack_rows(args.engine, args.vendor, args.version)
     if args.json:

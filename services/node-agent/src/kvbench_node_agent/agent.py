@@ -28,9 +28,9 @@ from kvbench_node_agent.launchers import Deployment, LaunchError, SimLauncher
 from kvbench_node_agent.launchers.process import ProcessLauncher
 from kvbench_node_agent.normalize import normalize
 from kvbench_node_agent.preflight import preflight
-from kvbench_node_agent.recipes import EngineSettings, PoolMachine, RenderContext, UnknownStackError, render
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_node_agent.settings import NodeAgentSettings
+from kvbench_stacks.recipes import EngineSettings, PoolMachine, RenderContext, UnknownStackError, render
 
 __all__ = ["NodeAgent", "main"]
 

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench_node_agent.recipes.model import ProcessSpec
+from kvbench_stacks.recipes.model import ProcessSpec
 
 __all__ = ["GATED_PREFIXES", "PreflightIssue", "check_binaries", "check_ports", "check_sizing", "preflight"]
 

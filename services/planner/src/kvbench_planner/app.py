@@ -21,14 +21,15 @@ from kvbench_contracts.fabric import SwitchConfig, SwitchSpec
 from kvbench_contracts.plan import Plan
 from kvbench_core.bus import Bus
 from kvbench_core.metrics import metric_name, new_registry
-from kvbench_planner.catalog import CATALOG, ORCHESTRATOR_LOCKS
 from kvbench_planner.conductor import CONTROL_EVENTS, Conductor
 from kvbench_planner.registry import NAME_PATTERN, Registry
-from kvbench_planner.rules import Issue, version_tuple
+from kvbench_planner.rules import Issue
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.validation import MAX_DOCUMENT_BYTES, Review, parse_document, review_plan
+from kvbench_stacks.catalog import ORCHESTRATOR_LOCKS
+from kvbench_stacks.query import stack_rows
 
-__all__ = ["create_app", "stack_rows"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("kvbench_planner")
 
@@ -86,30 +87,6 @@ def require_token(
     expected = settings.api_token.get_secret_value()
     if credentials is None or not secrets.compare_digest(credentials.credentials, expected):
         raise HTTPException(status_code=401, detail="a valid bearer token is required (Authorization: Bearer ...)")
-
-
-def stack_rows(
-    engine: str | None = None, vendor: str | None = None, version: str | None = None
-) -> list[dict[str, Any]]:
-    """Every stack, with why it cannot be chosen for the query (the same table as `kvbench catalog`)."""
-    rows = []
-    for spec in CATALOG.values():
-        why: list[str] = []
-        if engine and spec.engine != engine:
-            why.append(f"runs on {spec.engine}, not {engine}")
-        if vendor and vendor.lower() not in spec.vendors:
-            why.append(f"does not run on {vendor.upper()} ({' and '.join(v.upper() for v in spec.vendors)} only)")
-        if version and spec.min_version and (not engine or engine == spec.engine):
-            have = version_tuple(version)
-            if have and have < version_tuple(spec.min_version):
-                why.append(f"needs {spec.engine} {spec.min_version} or newer")
-        row = spec.model_dump(mode="json")
-        row["selectable"] = not why
-        row["why_not"] = "; ".join(why) or None
-        wanted = version.lstrip("v") if version else None
-        row["validated"] = wanted is not None and any(v.split()[-1] == wanted for v in spec.validated_on)
-        rows.append(row)
-    return rows
 
 
 class AsciiJSONResponse(JSONResponse):

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.plan import SimCluster
-from kvbench_core.models import gpu_spec
+from kvbench_stacks.hardware import gpu_spec
 
 __all__ = ["ClusterFile", "Machine", "RdmaPort", "machines_from_sim"]
 

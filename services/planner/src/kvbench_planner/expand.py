@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench_contracts.plan import Plan, Workload
-from kvbench_core.models import find_model, gpu_spec
-from kvbench_planner.catalog import CATALOG, StackSpec
 from kvbench_planner.cluster import Machine
+from kvbench_stacks.catalog import CATALOG, StackSpec
+from kvbench_stacks.hardware import find_model, gpu_spec
 
 __all__ = ["estimate_job_s", "expand_plan"]
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvbench_contracts.plan import Workload
-from kvbench_core.models import WEIGHT_SHARE, find_model, gpu_spec, min_tensor_parallel
-from kvbench_planner.catalog import CATALOG, ORCHESTRATOR_LOCKS, StackSpec
 from kvbench_planner.cluster import Machine
+from kvbench_stacks.catalog import CATALOG, ORCHESTRATOR_LOCKS, StackSpec
+from kvbench_stacks.hardware import WEIGHT_SHARE, find_model, gpu_spec, min_tensor_parallel
+from kvbench_stacks.query import version_tuple
 
-__all__ = ["Issue", "version_tuple", "workload_issues"]
+__all__ = ["Issue", "workload_issues"]
 
 SIM_GPUS = ("L40S", "H100", "H200", "MI300X", "GB10")
 
@@ -32,16 +32,6 @@ class Issue:
             "message": self.message,
             "fix": self.fix,
         }
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    digits: list[int] = []
-    for part in text.lstrip("v").split("."):
-        match = re.match(r"[0-9]+", part)  # ASCII digits only: "0.25.1rc2" -> (0, 25, 1)
-        if match is None:
-            break
-        digits.append(int(match.group()))
-    return tuple(digits)
 
 
 def workload_issues(w: Workload, machines: list[Machine] | None) -> tuple[list[Issue], list[Issue]]:

@@ -15,10 +15,10 @@ import yaml
 from pydantic import ValidationError
 
 from kvbench_contracts.plan import Plan
-from kvbench_planner.catalog import CATALOG
 from kvbench_planner.cluster import ClusterFile, Machine, machines_from_sim
 from kvbench_planner.expand import expand_plan
 from kvbench_planner.rules import Issue, workload_issues
+from kvbench_stacks.catalog import CATALOG
 
 __all__ = [
     "GroupResolver",

@@ -21,10 +21,10 @@ from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
 from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
 from kvbench_core.columns import Columns
-from kvbench_core.models import find_model
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
+from kvbench_stacks.hardware import find_model
 
 __all__ = ["COUNTERS", "build_report", "counter_deltas", "records_complete"]
 

@@ -12,42 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbench_sim.profiles import ColdStart, EngineConfig, TierConfig, load_profile
+from kvbench_stacks.catalog import CATALOG, SIMULATED_STACKS
 
 __all__ = ["SIM_STACKS", "SimLayout", "layout_for"]
 
 LMCACHE_CHUNK = 256
 LMCACHE_FS = {"bw_gbps": 0.3, "lat_ms": 5.0, "queue_depth": 1}
 
-SIM_STACKS = (
-    "vllm-prefix-off",
-    "vllm-prefix-gpu",
-    "vllm-native-cpu-offload",
-    "vllm-native-shared-fs",
-    "vllm-lmcache-valkey",
-    "vllm-lmcache-mooncake",
-    "vllm-mooncake-store",
-    "vllm-lmcache-mp",
-    "vllm-pd-nixl",
-    "vllm-pd-mooncake",
-    "vllm-pd-nixl-native-offload",
-    "vllm-pd-nixl-lmcache",
-    "vllm-pd-mori",
-    "sglang-radix-off",
-    "sglang-radix",
-    "sglang-hicache-host",
-    "sglang-hicache-file",
-    "sglang-hicache-mooncake",
-    "sglang-pd-nixl",
-    "sglang-pd-mooncake",
-    "sglang-pd-decode-offload",
-    "sglang-pd-mori",
-    "sglang-hicache-mori",
-    "trtllm-reuse-off",
-    "trtllm-reuse",
-    "trtllm-host-offload",
-    "trtllm-pd-nixl",
-    "trtllm-lmcache-valkey",
-)
+# the catalog says which stacks have a simulated form; this module says what each one's engines and tiers are
+SIM_STACKS = SIMULATED_STACKS
 
 # the GPU profiles' measured restart costs (simulator.md section 4; the LMCache study on GB10)
 COLD_STARTS = {"GB10": ColdStart(first_request_s=0.67, first_use_ms_per_token=0.82)}
@@ -130,7 +103,7 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         cold_start=COLD_STARTS.get(gpu.upper(), ColdStart()),
     )
     name = str(engine_spec.get("name", "vllm"))
-    if "-pd-" in stack:
+    if CATALOG[stack].split:
         prefill_machines = int(sizing.get("prefill_machines") or 0)
         prefill_engines = prefill_machines * per_machine // tp if prefill_machines else 0
         if not prefill_engines:

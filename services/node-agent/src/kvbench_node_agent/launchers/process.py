@@ -12,7 +12,7 @@ from pathlib import Path
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_core.procs import spawn
 from kvbench_node_agent.launchers.base import Deployment, LaunchError, ManagedProcess, read_block_size, wait_healthy
-from kvbench_node_agent.recipes.model import ProcessSpec
+from kvbench_stacks.recipes.model import ProcessSpec
 
 __all__ = ["ProcessLauncher", "docker_argv", "materialize"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbench_node_agent.recipes import RECIPES, EngineSettings, PoolMachine, RenderContext, render
+from kvbench_stacks.recipes import RECIPES, EngineSettings, PoolMachine, RenderContext, render
 
 GOLDEN = Path(__file__).parent / "golden"
 

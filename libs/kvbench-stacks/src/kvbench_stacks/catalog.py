@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CATALOG", "ORCHESTRATOR_LOCKS", "StackSpec", "get_stack"]
+__all__ = ["CATALOG", "ORCHESTRATOR_LOCKS", "SIMULATED_STACKS", "SharedStore", "StackSpec", "get_stack"]
+
+SharedStore = Literal["valkey", "mooncake", "mori", "shared-fs"]
 
 
 class StackSpec(BaseModel):
@@ -30,17 +33,25 @@ class StackSpec(BaseModel):
     validated_on: tuple[str, ...] = Field(default=(), description="Engine versions with a valid run")
     min_version: str | None = Field(None, description="Oldest engine version with the stack's connector")
     recipe: str = Field(description="Section of reference/stacks.md with the launch recipe")
+    shared_store: SharedStore | None = Field(None, description="The store every machine of the pool shares")
+    disk_tier: bool = Field(False, description="Engines keep a local disk tier when the plan's kv_tier is nvme")
+
+    @property
+    def split(self) -> bool:
+        """Prefill and decode run on separate engines (a router in front hands prompts on)."""
+        return self.strategy in ("split", "split_offload")
 
 
 @cache
 def _load() -> tuple[dict[str, StackSpec], dict[str, str]]:
-    data = yaml.safe_load(resources.files("kvbench_planner").joinpath("catalog.yaml").read_text())
+    data = yaml.safe_load(resources.files("kvbench_stacks").joinpath("catalog.yaml").read_text())
     stacks = {s["id"]: StackSpec.model_validate(s) for s in data["stacks"]}
     locks = {k: v for k, v in data["orchestrators"].items() if v}
     return stacks, locks
 
 
 CATALOG, ORCHESTRATOR_LOCKS = _load()
+SIMULATED_STACKS: tuple[str, ...] = tuple(s.id for s in CATALOG.values() if s.simulated)
 
 
 def get_stack(stack_id: str) -> StackSpec | None:

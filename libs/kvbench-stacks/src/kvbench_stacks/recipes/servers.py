@@ -1,0 +1,217 @@
+"""The servers beside the engines: Valkey, the Mooncake master, LMCache's server and proxies, routers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kvbench_stacks.recipes.common import EngineSlot, Machines, host_of, image_for, url_of
+from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
+from kvbench_stacks.recipes.ports import PORTS
+
+
+def valkey(ctx: RenderContext) -> ProcessSpec:
+    gb = float(ctx.sizing.get("shared_store_gb") or 0)
+    port = PORTS["valkey"]
+    return ProcessSpec(
+        name="valkey",
+        role="store",
+        binary="valkey-server",
+        image="valkey/valkey:8",
+        argv=[
+            "valkey-server",
+            "--bind",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--maxmemory",
+            f"{gb:g}gb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ],
+        ports={"valkey": port},
+        health=("tcp", port, ""),
+    )
+
+
+def mooncake_master(ctx: RenderContext, http_metadata: bool = False) -> ProcessSpec:
+    argv = [
+        "mooncake_master",
+        f"--rpc_port={PORTS['mooncake_rpc']}",
+        f"--metrics_port={PORTS['mooncake_metrics']}",
+        "--eviction_high_watermark_ratio=0.9",
+    ]
+    ports = {"rpc": PORTS["mooncake_rpc"], "metrics": PORTS["mooncake_metrics"]}
+    if http_metadata:
+        argv += ["--enable_http_metadata_server=true", f"--http_metadata_server_port={PORTS['mooncake_http_metadata']}"]
+        ports["http_metadata"] = PORTS["mooncake_http_metadata"]
+    return ProcessSpec(
+        name="mooncake-master",
+        role="master",
+        argv=argv,
+        ports=ports,
+        health=("tcp", PORTS["mooncake_rpc"], ""),
+        metrics=(PORTS["mooncake_metrics"], "/metrics"),
+        binary="mooncake_master",
+        image=image_for(ctx, "lmsysorg/sglang:latest"),
+    )
+
+
+def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float) -> ProcessSpec:
+    """stacks.md 1.12: the LMCache multi-process server (L1 CPU, L2 adapters), on its own ports."""
+    argv = [
+        "lmcache",
+        "server",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORTS["lmcache_zmq"]),
+        "--chunk-size",
+        str(ctx.engine.args.get("block-size", 256)),
+        "--l1-size-gb",
+        f"{l1_gb:g}",
+        "--eviction-policy",
+        "LRU",
+        "--no-l1-use-lazy",
+        "--http-host",
+        "0.0.0.0",
+        "--http-port",
+        str(PORTS["lmcache_http"]),
+        "--prometheus-port",
+        str(PORTS["lmcache_metrics"]),
+    ]
+    for adapter in l2:
+        argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
+    return ProcessSpec(
+        name="lmcache",
+        role="lmcache",
+        argv=argv,
+        ports={"zmq": PORTS["lmcache_zmq"], "http": PORTS["lmcache_http"], "metrics": PORTS["lmcache_metrics"]},
+        health=("http", PORTS["lmcache_http"], "/healthcheck"),
+        metrics=(PORTS["lmcache_metrics"], "/metrics"),
+        binary="lmcache",
+        image=image_for(ctx, "lmcache/vllm-openai:latest"),
+    )
+
+
+def lmcache_tiers(ctx: RenderContext) -> tuple[float, list[dict[str, Any]]]:
+    l1 = float(ctx.sizing.get("host_memory_gb") or 20)
+    l2: list[dict[str, Any]] = []
+    if ctx.kv_tier == "nvme":
+        l2.append({"type": "fs", "base_path": ctx.sizing.get("disk_tier_path"), "use_odirect": True})
+    return l1, l2
+
+
+def lmcache_mp_connector() -> list[str]:
+    config = {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": PORTS["lmcache_zmq"]},
+    }
+    return ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
+
+
+def mooncake_extra_config(ctx: RenderContext) -> str:
+    gb = float(ctx.sizing.get("shared_store_gb") or 0)
+    return json.dumps(
+        {
+            "master_server_address": mooncake_master_address(ctx),
+            "metadata_server": "P2PHANDSHAKE",
+            "global_segment_size": f"{gb:g}gb",
+            **mooncake_transport(ctx),
+        },
+        separators=(",", ":"),
+    )
+
+
+def router_process(
+    ctx: RenderContext, argv: list[str], binary: str, image: str, health_path: str = "/health"
+) -> ProcessSpec:
+    port = PORTS["router"]
+    return ProcessSpec(
+        name="router",
+        role="router",
+        argv=argv,
+        ports={"http": port},
+        health=("http", port, health_path) if health_path else ("tcp", port, ""),
+        binary=binary,
+        image=image_for(ctx, image),
+        serves_requests=True,
+    )
+
+
+def pd_router_argv(connector: str) -> list[str]:
+    """vllm-router in P/D mode for one KV connector; callers add how it finds and picks engines."""
+    return [
+        "vllm-router",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORTS["router"]),
+        "--vllm-pd-disaggregation",
+        "--kv-connector",
+        connector,
+    ]
+
+
+def vllm_pd_router(
+    ctx: RenderContext, slots: list[EngineSlot], connector: str, extra: list[str] | None = None
+) -> ProcessSpec:
+    argv = [
+        *pd_router_argv(connector),
+        "--prefill-policy",
+        "cache_aware",
+        "--decode-policy",
+        "power_of_two",
+    ]
+    for s in slots:
+        argv += ["--prefill" if s.role == "prefill" else "--decode", url_of(ctx, s)]
+    return router_process(ctx, argv + (extra or []), "vllm-router", "vllm/vllm-openai:latest")
+
+
+def lmcache_pd_proxy(
+    ctx: RenderContext, script: str, prefill: EngineSlot, decode: EngineSlot, extra: list[str], ports: dict[str, int]
+) -> ProcessSpec:
+    """LMCache's P/D proxy (an example script of the LMCache repository) on the head machine."""
+    examples = str(ctx.engine.args.get("lmcache_examples") or "/opt/lmcache/examples")
+    argv = [
+        "python3",
+        f"{examples}/{script}",
+        "--port",
+        str(PORTS["router"]),
+        "--prefiller-host",
+        host_of(ctx, prefill.machine),
+        "--prefiller-port",
+        str(prefill.port),
+        "--decoder-host",
+        host_of(ctx, decode.machine),
+        "--decoder-port",
+        str(decode.port),
+        *extra,
+    ]
+    proxy = router_process(ctx, argv, "python3", "lmcache/vllm-openai:latest", health_path="")
+    return proxy.model_copy(update={"ports": {**proxy.ports, **ports}})
+
+
+def with_lmcache_servers(ctx: RenderContext, out: Machines, l2: list[dict[str, Any]], l1_gb: float) -> Machines:
+    """An LMCache server first on every machine of the pool (the engines there connect to their own)."""
+    for m in range(len(ctx.machines)):
+        out.setdefault(m, []).insert(0, lmcache_server(ctx, l2, l1_gb))
+    return out
+
+
+def mooncake_master_address(ctx: RenderContext) -> str:
+    """The Mooncake master's RPC address: it runs on the pool's first machine."""
+    return f"{host_of(ctx, 0)}:{PORTS['mooncake_rpc']}"
+
+
+def mooncake_transport(ctx: RenderContext) -> dict[str, str]:
+    """How a Mooncake client moves data: RDMA on the configured device, else TCP."""
+    device = ctx.network.get("rdma_device")
+    return {"protocol": "rdma" if device else "tcp", "device_name": device or ""}

@@ -1,0 +1,99 @@
+"""TensorRT-LLM stacks: block reuse, host offload, NIXL split, LMCache (stacks.md 3)."""
+
+from __future__ import annotations
+
+import yaml
+
+from kvbench_stacks.recipes.common import (
+    Machines,
+    engine_slots,
+    head_first,
+    head_last,
+    host_of,
+    place,
+)
+from kvbench_stacks.recipes.engines import trtllm
+from kvbench_stacks.recipes.model import RenderContext
+from kvbench_stacks.recipes.ports import PORTS
+from kvbench_stacks.recipes.registry import recipe
+from kvbench_stacks.recipes.servers import (
+    lmcache_tiers,
+    router_process,
+    valkey,
+    with_lmcache_servers,
+)
+
+
+@recipe("trtllm-reuse-off", reuse=False)
+@recipe("trtllm-reuse", reuse=True)
+def trtllm_block_reuse(ctx: RenderContext, reuse: bool) -> Machines:  # stacks.md 3
+    return place(engine_slots(ctx, False), lambda s: trtllm(ctx, s, {"kv_cache_config": {"enable_block_reuse": reuse}}))
+
+
+@recipe("trtllm-host-offload")
+def trtllm_host_offload(ctx: RenderContext) -> Machines:  # stacks.md 3: reuse plus a host tier of host_memory_gb
+    host_bytes = int(float(ctx.sizing.get("host_memory_gb") or 0) * 2**30)
+    config = {"kv_cache_config": {"enable_block_reuse": True, "host_cache_size": host_bytes}}
+    return place(engine_slots(ctx, False), lambda s: trtllm(ctx, s, config))
+
+
+@recipe("trtllm-pd-nixl")
+def trtllm_pd(ctx: RenderContext) -> Machines:  # stacks.md 3, disaggregated over NIXL
+    slots = engine_slots(ctx, True)
+    out = place(
+        slots,
+        lambda s: trtllm(
+            ctx,
+            s,
+            {
+                "cache_transceiver_config": {"backend": "NIXL", "max_tokens_in_buffer": 32768},
+                **({"disable_overlap_scheduler": True} if s.role == "prefill" else {}),
+            },
+        ),
+    )
+    disagg = {
+        "hostname": "0.0.0.0",
+        "port": PORTS["router"],
+        "backend": "pytorch",
+        "context_servers": {
+            "num_instances": sum(s.role == "prefill" for s in slots),
+            "urls": [f"{host_of(ctx, s.machine)}:{s.port}" for s in slots if s.role == "prefill"],
+        },
+        "generation_servers": {
+            "num_instances": sum(s.role == "decode" for s in slots),
+            "urls": [f"{host_of(ctx, s.machine)}:{s.port}" for s in slots if s.role == "decode"],
+        },
+    }
+    router = router_process(
+        ctx,
+        ["trtllm-serve", "disaggregated", "-c", "{run_dir}/disagg.yaml"],
+        "trtllm-serve",
+        f"nvcr.io/nvidia/tensorrt-llm/release:{ctx.engine.version or 'latest'}",
+    )
+    router = router.model_copy(
+        update={
+            "files": {"disagg.yaml": yaml.safe_dump(disagg, sort_keys=False)},
+            "env": {"TRTLLM_NIXL_KVCACHE_BACKEND": "UCX"},
+        }
+    )
+    return head_last(out, router)
+
+
+@recipe("trtllm-lmcache-valkey")
+def trtllm_lmcache_valkey(ctx: RenderContext) -> Machines:  # stacks.md 3, LMCache with Valkey
+    l1, l2 = lmcache_tiers(ctx)
+    l2.append({"type": "valkey", "host": host_of(ctx, 0), "port": PORTS["valkey"]})
+    out = place(
+        engine_slots(ctx, False),
+        lambda s: trtllm(
+            ctx,
+            s,
+            {
+                "kv_connector_config": {
+                    "connector": "lmcache-mp",
+                    "server_url": f"tcp://127.0.0.1:{PORTS['lmcache_zmq']}",
+                }
+            },
+        ),
+    )
+    return head_first(with_lmcache_servers(ctx, out, l2, l1), valkey(ctx))
