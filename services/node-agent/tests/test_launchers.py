@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -8,7 +7,7 @@ import pytest
 from kvbench_contracts.commands import StartStack
 from kvbench_core.embedded import pid_alive
 from kvbench_node_agent.launchers.base import LaunchError, read_block_size
-from kvbench_node_agent.launchers.sim import SimLauncher, sim_engine_argv
+from kvbench_node_agent.launchers.sim import SimLauncher, sim_engine_spec
 from kvbench_node_agent.scrape import parse_samples
 
 
@@ -28,17 +27,24 @@ def command(stack: str) -> StartStack:
 def test_sim_argv_expresses_the_stack() -> None:
     from kvbench_sim.stacks import layout_for  # noqa: PLC0415
 
-    off = sim_engine_argv(command("vllm-prefix-off"), 9000)
-    assert off[off.index("--gpu") + 1] == "H100"
-    layout = json.loads(off[off.index("--layout") + 1])
-    assert layout["workload"]["stack"] == "vllm-prefix-off"
-    assert not layout_for(layout["workload"], layout["cluster"]).engine.prefix_caching
-    offload = json.loads(sim_engine_argv(command("vllm-native-cpu-offload"), 9000)[-1])
-    assert [t.name for t in layout_for(offload["workload"], offload["cluster"]).engine.tiers] == ["host"]
-    decode = sim_engine_argv(command("vllm-pd-nixl"), 9000, pd_role="decode")
-    assert decode[decode.index("--pd-role") + 1] == "decode"
+    off = sim_engine_spec(command("vllm-prefix-off"), 9000)
+    assert off.cluster.gpu == "H100"
+    assert off.workload.stack == "vllm-prefix-off"
+    assert not layout_for(off.workload.model_dump(), off.cluster.model_dump()).engine.prefix_caching
+    offload = sim_engine_spec(command("vllm-native-cpu-offload"), 9000)
+    assert [t.name for t in layout_for(offload.workload.model_dump(), offload.cluster.model_dump()).engine.tiers] == [
+        "host"
+    ]
+    decode = sim_engine_spec(command("vllm-pd-nixl"), 9000, pd_role="decode")
+    assert decode.pd_role == "decode"
     with pytest.raises(LaunchError, match="no simulated server form"):
-        sim_engine_argv(command("vllm-pd-lmcache-store"), 9000)
+        sim_engine_spec(command("vllm-pd-lmcache-store"), 9000)
+
+
+def test_settings_the_contract_refuses_fail_the_launch_at_once() -> None:
+    bad = command("vllm-prefix-gpu").model_copy(update={"sim": {"gpu": "H100", "machines": 0}})
+    with pytest.raises(LaunchError, match="not valid"):
+        sim_engine_spec(bad, 9000)
 
 
 def test_scrape_keeps_engine_series_and_drops_created_and_buckets() -> None:
@@ -310,9 +316,8 @@ def test_every_simulated_stack_has_its_engines_and_tiers(
             "sizing": {"prefill_machines": 1, "host_memory_gb": 10, "disk_tier_gb": 50},
         }
     )
-    argv = sim_engine_argv(spec, 9000, pd_role="decode" if prefill_tiers is not None else None)
-    layout = json.loads(argv[argv.index("--layout") + 1])
-    sim = layout_for(layout["workload"], layout["cluster"])
+    engine_spec = sim_engine_spec(spec, 9000, pd_role="decode" if prefill_tiers is not None else None)
+    sim = layout_for(engine_spec.workload.model_dump(), engine_spec.cluster.model_dump())
     assert [t.name for t in sim.engine.tiers] == tiers
     assert sim.engine_name == engine
     if prefill_tiers is None:

@@ -41,6 +41,10 @@ class StackSpec(BaseModel):
         """Prefill and decode run on separate engines (a router in front hands prompts on)."""
         return self.strategy in ("split", "split_offload")
 
+    def has_disk_tier(self, kv_tier: str, disk_tier_gb: float | None) -> bool:
+        """Whether the engines keep a local disk tier for this plan: the stack offers one and the plan asks for it."""
+        return self.disk_tier and (kv_tier == "nvme" or bool(disk_tier_gb))
+
 
 @cache
 def _load() -> tuple[dict[str, StackSpec], dict[str, str]]:

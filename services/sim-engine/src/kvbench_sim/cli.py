@@ -8,20 +8,25 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
+from kvbench_contracts.sim import SimEngineSpec, SimRouterSpec, SimStoreSpec
 from kvbench_sim import router, store
 from kvbench_sim.engine import Engine
 from kvbench_sim.profiles import EngineConfig, Profile, load_profile
 from kvbench_sim.records import TierRecords, file_backed, keep_while_serving, tier_signature
 from kvbench_sim.server import PacedEngine, build_app
-from kvbench_sim.stacks import layout_for
-from kvbench_sim.tiers import Link
+from kvbench_sim.stacks import SimLayout, layout_for
+from kvbench_sim.tiers import Link, Tier
 
 __all__ = ["main"]
 
 log = logging.getLogger("kvbench_sim")
+
+S = TypeVar("S", bound=BaseModel)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve one simulated engine over HTTP")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument("--port", type=int, default=None, help="required unless --spec gives it")
     serve.add_argument("--model", default="Qwen/Qwen3-8B")
     serve.add_argument("--gpu", default="L40S")
     serve.add_argument("--tensor-parallel-size", type=int, default=1)
@@ -63,38 +68,96 @@ def _parser() -> argparse.ArgumentParser:
         "records, so a restarted engine finds them",
     )
     serve.add_argument(
-        "--layout",
+        "--spec",
+        type=Path,
         default=None,
-        help="JSON {workload: {stack, model, engine, sizing, kv_tier}, cluster: {...}}: engine settings and tiers "
-        "of that catalog stack (what the node agent passes); overrides the engine flags above",
+        help="a SimEngineSpec JSON file (what the node agent writes): the catalog stack's engine settings and tiers, "
+        "port, P/D role, shared store and records; overrides the flags above",
     )
     router.add_parser(sub)
     store.add_parser(sub)
     return parser
 
 
+def read_spec(path: Path, model: type[S]) -> S:
+    """A spec file the node agent wrote, validated once; a bad one ends the process with the reason."""
+    try:
+        return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as exc:
+        sys.stderr.write(f"kvbench-sim: --spec {path}: {exc}\n")
+        raise SystemExit(2) from None
+
+
+def _apply_router_spec(args: argparse.Namespace) -> argparse.Namespace:
+    if args.spec is not None:
+        spec = read_spec(args.spec, SimRouterSpec)
+        args.port, args.policy, args.engine, args.prefill = spec.port, spec.policy, spec.engines, spec.prefill
+    if args.port is None:
+        sys.stderr.write("kvbench-sim route: --port or --spec is required\n")
+        raise SystemExit(2)
+    return args
+
+
+def _apply_store_spec(args: argparse.Namespace) -> argparse.Namespace:
+    """With --spec, the store works out its own capacity, link and records signature from the stack's shared tier
+    (the same layout every engine of the pool computes)."""
+    if args.spec is not None:
+        spec = read_spec(args.spec, SimStoreSpec)
+        layout = layout_for(spec.workload.model_dump(), spec.cluster.model_dump())
+        shared = [t for t in layout.engine.tiers if t.store_id]
+        if not shared:
+            sys.stderr.write(f"kvbench-sim store: stack {spec.workload.stack} has no shared tier\n")
+            raise SystemExit(2)
+        profile = load_profile(spec.cluster.gpu, spec.workload.model, layout.engine)
+        tier = Tier(shared[0], profile.block_size, profile.model.kv_bytes_per_token, profile.state_bytes_per_block)
+        args.port, args.capacity_chunks = spec.port, tier.capacity_chunks
+        args.bandwidth_gbps, args.speed = shared[0].bw_gbps, spec.cluster.speed or 1.0
+        if spec.records_dir and file_backed(tier):
+            args.records_dir = spec.records_dir
+            args.records_signature = json.dumps(tier_signature(tier, spec.workload.model))
+        log.info("shared store for %s: %s", spec.workload.stack, shared[0].store_id)
+    if args.port is None or args.capacity_chunks is None:
+        sys.stderr.write("kvbench-sim store: --port and --capacity-chunks, or --spec, are required\n")
+        raise SystemExit(2)
+    return args
+
+
+def _apply_engine_spec(args: argparse.Namespace) -> SimLayout | None:
+    """With --spec, the spec decides port, model, GPU, speed, role, store and records; returns its layout."""
+    if args.spec is None:
+        if args.port is None:
+            sys.stderr.write("kvbench-sim serve: --port or --spec is required\n")
+            raise SystemExit(2)
+        return None
+    spec = read_spec(args.spec, SimEngineSpec)
+    args.port, args.model, args.gpu = spec.port, spec.workload.model, spec.cluster.gpu
+    args.speed = spec.cluster.speed or 1.0
+    args.pd_role, args.shared_store, args.records_dir = spec.pd_role, spec.shared_store_url, spec.records_dir
+    args.flavor = args.flavor or spec.workload.engine.name
+    return layout_for(spec.workload.model_dump(), spec.cluster.model_dump())
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s kvbench-sim %(message)s")
     if args.command == "route":
-        router.main(args)
+        router.main(_apply_router_spec(args))
         return
     if args.command == "store":
-        store.main(args)
+        store.main(_apply_store_spec(args))
         return
     try:
-        profile = _profile(args)
+        layout = _apply_engine_spec(args)
+        profile = _profile(args, layout)
         engine = Engine(profile, seed=args.seed)
     except (ValueError, KeyError) as exc:
         sys.stderr.write(f"kvbench-sim: {exc}\n")
         raise SystemExit(2) from None
-    _serve(args, profile, engine)
+    _serve(args, profile, engine, layout)
 
 
-def _profile(args: argparse.Namespace) -> Profile:
-    if args.layout:
-        spec = json.loads(args.layout)
-        layout = layout_for(spec["workload"], spec.get("cluster") or {"gpu": args.gpu})
+def _profile(args: argparse.Namespace, layout: SimLayout | None) -> Profile:
+    if layout is not None:
         # a split stack's prefill engines may differ from its decode engines (decode-side offload)
         config = layout.prefill if args.pd_role == "prefill" and layout.prefill is not None else layout.engine
         return load_profile(args.gpu, args.model, config)
@@ -113,7 +176,7 @@ def _profile(args: argparse.Namespace) -> Profile:
     )
 
 
-def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
+def _serve(args: argparse.Namespace, profile: Profile, engine: Engine, layout: SimLayout | None) -> None:
     # the same line vLLM prints; the node agent reads the effective block size from it
     log.info("Setting attention block size to %d tokens", profile.block_size)
     log.info(
@@ -123,9 +186,7 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
         "on" if profile.engine.prefix_caching else "off",
     )
     link_gbps, setup_ms = 25.0, 1.0
-    if args.layout:
-        spec = json.loads(args.layout)
-        layout = layout_for(spec["workload"], spec.get("cluster") or {"gpu": args.gpu})
+    if layout is not None:
         link_gbps, setup_ms = layout.link_gbps, layout.link_setup_ms
     link_gbps = args.pd_link_gbps or link_gbps
     setup_ms = args.pd_setup_ms if args.pd_setup_ms is not None else setup_ms
@@ -134,8 +195,6 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine) -> None:
         log.info("P/D %s engine; KV link %.1f GB/s, %.1f ms per transfer", args.pd_role, link_gbps, setup_ms)
     paced = PacedEngine(engine, speed=args.speed, transfer=transfer)
     flavor = args.flavor
-    if args.layout and flavor is None:
-        flavor = str((json.loads(args.layout)["workload"].get("engine") or {}).get("name", "vllm"))
     app = build_app(
         paced,
         args.model,

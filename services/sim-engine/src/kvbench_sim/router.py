@@ -22,20 +22,23 @@ import json
 import logging
 import sys
 from collections import Counter as Tally
-from typing import Any
+from pathlib import Path
+from typing import Any, get_args
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kvbench_contracts.sim import SimRoutingPolicy
 from kvbench_sim.text import chat_to_prompt, tokenize
 
 __all__ = ["POLICIES", "Backends", "build_router", "main"]
 
 log = logging.getLogger("kvbench_sim.router")
 
-POLICIES = ("round_robin", "session_affinity", "prefix_aware", "pd_aware")
+# the contract names the policies, so the node agent can check a plan's routing without importing the router
+POLICIES: tuple[str, ...] = get_args(SimRoutingPolicy)
 _PREFIX_WORDS = 256
 
 
@@ -204,10 +207,11 @@ def build_router(backends: Backends) -> web.Application:
 def add_parser(sub: Any) -> None:
     route = sub.add_parser("route", help="serve a router in front of simulated engines")
     route.add_argument("--host", default="127.0.0.1")
-    route.add_argument("--port", type=int, required=True)
+    route.add_argument("--port", type=int, default=None, help="required unless --spec gives it")
     route.add_argument("--policy", choices=POLICIES, default="round_robin")
     route.add_argument("--engine", action="append", default=[], help="base URL of a (decode) engine; repeat")
     route.add_argument("--prefill", action="append", default=[], help="base URL of a prefill engine; repeat")
+    route.add_argument("--spec", type=Path, default=None, help="a SimRouterSpec JSON file (what the node agent writes)")
 
 
 def main(args: argparse.Namespace) -> None:

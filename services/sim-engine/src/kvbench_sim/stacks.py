@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench_contracts.plan import SimCluster, Sizing
 from kvbench_sim.profiles import ColdStart, EngineConfig, TierConfig, load_profile
 from kvbench_stacks.catalog import CATALOG, SIMULATED_STACKS
+from kvbench_stacks.topology import sim_engine_counts
 
 __all__ = ["SIM_STACKS", "SimLayout", "layout_for"]
 
@@ -50,9 +52,9 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
     tp = int(engine_spec.get("tensor_parallel_size", 1))
     gpu = str(cluster.get("gpu", "L40S"))
     profile = load_profile(gpu, str(workload.get("model", "Qwen/Qwen3-8B")))
-    machines = int(cluster.get("machines", 2))
-    per_machine = int(sizing.get("gpus_per_machine") or cluster.get("gpus_per_machine", 1))
-    engines = max(1, machines * per_machine // tp)
+    prefill_engines, engines = sim_engine_counts(
+        stack, Sizing.model_validate(sizing), SimCluster.model_validate(cluster), tp
+    )
     block = _int(args.get("block_size") or args.get("block-size")) or profile.model.attention_block_size
     host_gb = float(sizing.get("host_memory_gb") or 0) or float(cluster.get("host_memory_gb", 256)) * 0.5
     nic_gbytes = float(cluster.get("nic_gbps", 200)) / 8 * 0.9
@@ -79,7 +81,7 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         tiers = (host(),)
     elif stack in ("vllm-lmcache-mp", "vllm-pd-nixl-lmcache"):
         tiers = (host(chunk),)
-        if workload.get("kv_tier") == "nvme" or sizing.get("disk_tier_gb"):
+        if CATALOG[stack].has_disk_tier(str(workload.get("kv_tier", "gpu")), sizing.get("disk_tier_gb")):
             disk_gb = float(sizing.get("disk_tier_gb") or 1000)
             fs = TierConfig(name="disk", capacity_gb=disk_gb, chunk_tokens=chunk, **LMCACHE_FS)  # type: ignore[arg-type]
             tiers = (*tiers, fs.model_copy(update={"bw_gbps": min(fs.bw_gbps, disk_gbps)}))
@@ -104,14 +106,9 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
     )
     name = str(engine_spec.get("name", "vllm"))
     if CATALOG[stack].split:
-        prefill_machines = int(sizing.get("prefill_machines") or 0)
-        prefill_engines = prefill_machines * per_machine // tp if prefill_machines else 0
-        if not prefill_engines:
-            prefill_engines = max(1, int(sizing.get("prefill_gpus") or 1) // tp)
-        decode = max(1, engines - prefill_engines)
         # decode-side offload: only the decode engines keep a host tier (the prefill engines hand every prompt on)
         prefill = config.model_copy(update={"tiers": ()}) if stack == "sglang-pd-decode-offload" else config
-        return SimLayout(config, decode, prefill_engines, prefill, nic_gbytes, 1.0, name)
+        return SimLayout(config, engines, prefill_engines, prefill, nic_gbytes, 1.0, name)
     return SimLayout(config, engines, engine_name=name)
 
 

@@ -368,8 +368,8 @@ class StoreClient:
 def add_parser(sub: Any) -> None:
     store = sub.add_parser("store", help="serve a shared KV store index for simulated engines")
     store.add_argument("--host", default="127.0.0.1")
-    store.add_argument("--port", type=int, required=True)
-    store.add_argument("--capacity-chunks", type=int, required=True)
+    store.add_argument("--port", type=int, default=None, help="required unless --spec gives it")
+    store.add_argument("--capacity-chunks", type=int, default=None, help="required unless --spec gives it")
     store.add_argument(
         "--bandwidth-gbps",
         type=float,
@@ -388,6 +388,13 @@ def add_parser(sub: Any) -> None:
         "--records-signature",
         default="{}",
         help="JSON: what must agree for kept records to be used (tier, model, chunk tokens and bytes)",
+    )
+    store.add_argument(
+        "--spec",
+        type=Path,
+        default=None,
+        help="a SimStoreSpec JSON file (what the node agent writes): the store derives its capacity, link and "
+        "records from the stack's shared tier",
     )
 
 

@@ -1,17 +1,27 @@
-"""The `sim` launcher: simulated engines (kvbench_sim) as real child processes of the agent."""
+"""The `sim` launcher: simulated engines (kvbench_sim) as real child processes of the agent.
+
+The agent and the simulator meet through one typed contract: for each process the launcher writes a spec file
+(``kvbench_contracts.sim``) in the deployment's directory and starts ``python -m kvbench_sim {serve|store|route}
+--spec FILE``. The simulator works out its tiers, capacities and records from the spec; the agent imports none of
+it, so a node agent on a GPU machine installs no simulator. Which stacks have a simulated form, which are split and
+which share a store are the catalog's facts (``kvbench_stacks``).
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ValidationError
 
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
+from kvbench_contracts.plan import SimCluster
+from kvbench_contracts.sim import SimEngineSpec, SimRouterSpec, SimRoutingPolicy, SimStoreSpec, SimWorkload
 from kvbench_core.embedded import free_port
 from kvbench_core.procs import spawn
 from kvbench_node_agent.launchers.base import (
@@ -21,65 +31,47 @@ from kvbench_node_agent.launchers.base import (
     read_block_size,
     wait_healthy,
 )
-from kvbench_sim.profiles import load_profile
-from kvbench_sim.records import file_backed, tier_signature
-from kvbench_sim.router import POLICIES
-from kvbench_sim.stacks import SIM_STACKS, SimLayout, layout_for
-from kvbench_sim.tiers import Tier
+from kvbench_stacks.catalog import CATALOG, SIMULATED_STACKS
+from kvbench_stacks.topology import sim_engine_counts
 
-__all__ = ["SIM_STACK_FLAGS", "SimLauncher", "sim_engine_argv", "sim_router_argv"]
-
-# Stacks with a simulated form in server mode (kvbench_sim.stacks maps each to engine settings and tiers). Split
-# (P/D) stacks run whole on the pool's first machine: its prefill and decode engines and the router in front.
-SIM_STACK_FLAGS: dict[str, list[str]] = {stack: [] for stack in SIM_STACKS}
-
-
-def _layout(command: StartStack) -> dict[str, Any]:
-    return {
-        "workload": {
-            "stack": command.stack,
-            "model": command.model,
-            "engine": command.engine or {},
-            "sizing": command.sizing,
-            "kv_tier": command.kv_tier,
-        },
-        "cluster": command.sim or {},
-    }
-
+__all__ = ["SimLauncher", "sim_engine_spec", "sim_workload"]
 
 # engines that share a store hash prompt words alike (Python's string hash is salted per process otherwise)
 SIM_ENV = {**os.environ, "PYTHONHASHSEED": "0"}
+_POLICIES: tuple[str, ...] = get_args(SimRoutingPolicy)
+
+
+def sim_workload(command: StartStack) -> tuple[SimWorkload, SimCluster]:
+    """The command's workload and simulated cluster as the simulator's contract; a stack with no simulated form
+    or settings the contract refuses fail here, before anything starts (retrying would not help)."""
+    if command.stack not in SIMULATED_STACKS:
+        known = ", ".join(SIMULATED_STACKS)
+        raise LaunchError(f"stack {command.stack} has no simulated server form; simulated stacks: {known}")
+    try:
+        workload = SimWorkload(stack=command.stack, model=command.model, engine=command.engine or {},  # type: ignore[arg-type]
+                               sizing=command.sizing, kv_tier=command.kv_tier)  # type: ignore[arg-type]  # fmt: skip
+        cluster = SimCluster.model_validate(command.sim or {})
+    except ValidationError as exc:
+        raise LaunchError(f"the simulated stack's settings are not valid: {exc}") from None
+    return workload, cluster
+
+
+def sim_engine_spec(
+    command: StartStack,
+    port: int,
+    pd_role: Literal["prefill", "decode"] | None = None,
+    shared_store_url: str | None = None,
+    records_dir: str | None = None,
+) -> SimEngineSpec:
+    workload, cluster = sim_workload(command)
+    return SimEngineSpec(port=port, workload=workload, cluster=cluster, pd_role=pd_role,
+                         shared_store_url=shared_store_url, records_dir=records_dir)  # fmt: skip
 
 
 def store_port(command: StartStack) -> int:
     """The shared store's port, the same on every machine of the pool (each agent works it out on its own)."""
     key = f"{command.run_id}/{command.workload}/{command.stack}/" + ",".join(str(p.get("name")) for p in command.pool)
     return 20000 + int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % 10000
-
-
-def sim_store_argv(
-    port: int,
-    capacity_chunks: int,
-    bandwidth_gbps: float,
-    speed: float,
-    records: tuple[Path, dict[str, object]] | None = None,
-) -> list[str]:
-    """The pool's store, timing every engine's transfers on its one link; ``records``: for a file-backed pool, where
-    it keeps its index and what must agree for the index to be used."""
-    argv = [
-        sys.executable,
-        "-m",
-        "kvbench_sim",
-        "store",
-        "--port",
-        str(port),
-        "--capacity-chunks",
-        str(capacity_chunks),
-    ]
-    argv += ["--bandwidth-gbps", f"{bandwidth_gbps:g}", "--speed", f"{speed:g}"]
-    if records is not None:
-        argv += ["--records-dir", str(records[0]), "--records-signature", json.dumps(records[1])]
-    return argv
 
 
 def records_dir(state_dir: Path, command: StartStack, owner: str, path: str | None) -> Path:
@@ -90,37 +82,16 @@ def records_dir(state_dir: Path, command: StartStack, owner: str, path: str | No
     return state_dir / "sim-records" / command.run_id / owner / slug
 
 
-def sim_engine_argv(command: StartStack, port: int, pd_role: str | None = None) -> list[str]:
-    if command.stack not in SIM_STACK_FLAGS:
-        known = ", ".join(sorted(SIM_STACK_FLAGS))
-        raise LaunchError(f"stack {command.stack} has no simulated server form; simulated stacks: {known}")
-    sim: dict[str, Any] = command.sim or {}
-    argv = [
-        sys.executable,
-        "-m",
-        "kvbench_sim",
-        "serve",
-        "--port",
-        str(port),
-        "--model",
-        command.model,
-        "--gpu",
-        str(sim.get("gpu", "L40S")),
-        "--speed",
-        str(sim.get("speed") or 1.0),
-        "--layout",
-        json.dumps(_layout(command)),
-    ]
-    return [*argv, "--pd-role", pd_role] if pd_role else argv
+_STORE_LINE = re.compile(r"shared store: (\d+) chunks; link ([0-9.]+) GB/s")
 
 
-def sim_router_argv(port: int, policy: str, engines: list[str], prefill: list[str]) -> list[str]:
-    argv = [sys.executable, "-m", "kvbench_sim", "route", "--port", str(port), "--policy", policy]
-    for url in engines:
-        argv += ["--engine", url]
-    for url in prefill:
-        argv += ["--prefill", url]
-    return argv
+def _store_size(log_path: Path) -> str:
+    """The capacity and link the store worked out from its spec, as it logged them ("" when it did not say)."""
+    try:
+        found = _STORE_LINE.findall(log_path.read_text(errors="replace"))
+    except OSError:
+        return ""
+    return f"{found[-1][0]} chunks, {found[-1][1]} GB/s shared, " if found else ""
 
 
 class SimLauncher:
@@ -131,99 +102,100 @@ class SimLauncher:
         self._state_dir = state_dir
         self._health_timeout_s = health_timeout_s
 
+    def _deployment(self, command: StartStack) -> Deployment:
+        return Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
+                          endpoints=[], processes=[])  # fmt: skip
+
     async def start(self, command: StartStack) -> Deployment:
-        if "-pd-" in command.stack:
+        workload, _ = sim_workload(command)
+        stack = CATALOG[command.stack]
+        if stack.split:
             return await self._start_split(command)
+        deployment = self._deployment(command)
         port = free_port()
-        argv = sim_engine_argv(command, port)
-        deployment = Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
-                                endpoints=[], processes=[])  # fmt: skip
-        layout = layout_for(_layout(command)["workload"], command.sim or {})
-        store_url = await self._shared_store(deployment, command, layout)
-        if store_url:
-            argv += ["--shared-store", store_url]
-        if any(t.name == "disk" for t in layout.engine.tiers):
-            disk = records_dir(self._state_dir, command, self._node_id, command.sizing.get("disk_tier_path"))
-            argv += ["--records-dir", str(disk)]
+        store_url = await self._shared_store(deployment, command)
+        disk: Path | None = None
+        if stack.has_disk_tier(workload.kv_tier, workload.sizing.disk_tier_gb):
+            disk = records_dir(self._state_dir, command, self._node_id, workload.sizing.disk_tier_path)
             deployment.facts["disk_records"] = str(disk)
-        await self._engine(deployment, command, argv, port, "engine0", "both")
+        spec = sim_engine_spec(command, port, shared_store_url=store_url, records_dir=str(disk) if disk else None)
+        argv = await self._engine(deployment, command, spec, "engine0", "both")
         deployment.facts["engine_argv"] = " ".join(argv[1:])
         return deployment
 
-    async def _shared_store(self, deployment: Deployment, command: StartStack, layout: SimLayout) -> str | None:
+    async def _shared_store(self, deployment: Deployment, command: StartStack) -> str | None:
         """Stacks with a shared tier: the pool's first machine starts the store process; every engine of the pool
         connects to it (and waits for it, when its machine came up first)."""
-        shared = [t for t in layout.engine.tiers if t.store_id]
-        if not shared:
+        store = CATALOG[command.stack].shared_store
+        if store is None:
             return None
         port = store_port(command)
+        url = f"ws://127.0.0.1:{port}/ws"
         if command.pool and command.pool[0].get("name") != self._node_id:
-            return f"ws://127.0.0.1:{port}/ws"
-        profile = load_profile(str((command.sim or {}).get("gpu", "L40S")), command.model, layout.engine)
-        tier = Tier(shared[0], profile.block_size, profile.model.kv_bytes_per_token, profile.state_bytes_per_block)
-        records = None
-        if file_backed(tier):
-            mount = records_dir(self._state_dir, command, "shared", command.sizing.get("shared_mount_path"))
-            records = (mount, tier_signature(tier, command.model))
+            return url
+        workload, cluster = sim_workload(command)
+        mount = None
+        if store == "shared-fs":  # a file-backed pool keeps its index across restarts
+            mount = records_dir(self._state_dir, command, "shared", workload.sizing.shared_mount_path)
             deployment.facts["shared_records"] = str(mount)
+        spec = SimStoreSpec(port=port, workload=workload, cluster=cluster, records_dir=str(mount) if mount else None)
         try:
-            speed = float((command.sim or {}).get("speed") or 1.0)
-            argv = sim_store_argv(port, tier.capacity_chunks, shared[0].bw_gbps, speed, records)
-            await self._process(deployment, command, "store", argv, port)
+            await self._process(deployment, command, "store", "store", spec)
         except LaunchError as exc:
             raise LaunchError(f"the shared store could not listen on port {port}: {exc}") from None
-        deployment.facts["shared_store"] = (
-            f"{shared[0].store_id}, {tier.capacity_chunks} chunks, {shared[0].bw_gbps:g} GB/s shared, port {port}"
-        )
-        return f"ws://127.0.0.1:{port}/ws"
+        deployment.facts["shared_store"] = f"{store}, {_store_size(deployment.processes[-1].log_path)}port {port}"
+        return url
 
     async def _start_split(self, command: StartStack) -> Deployment:
         """P/D: the pool's first machine runs every prefill and decode engine of the simulated cluster and the
         router; the other machines' agents start nothing (their share runs there)."""
-        deployment = Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
-                                endpoints=[], processes=[])  # fmt: skip
+        deployment = self._deployment(command)
         head = not command.pool or command.pool[0].get("name") == self._node_id
         if not head:
             deployment.facts["note"] = "split stack: its engines and router run on the pool's first machine"
             return deployment
-        layout = layout_for(_layout(command)["workload"], command.sim or {})
+        workload, cluster = sim_workload(command)
+        counts = sim_engine_counts(command.stack, workload.sizing, cluster, workload.engine.tensor_parallel_size)
         urls: dict[str, list[str]] = {"prefill": [], "decode": []}
         try:
             roles: tuple[tuple[Literal["prefill", "decode"], int], ...] = (
-                ("prefill", layout.prefill_engines),
-                ("decode", layout.engines),
+                ("prefill", counts.prefill),
+                ("decode", counts.engines),
             )
             for role, count in roles:
                 for index in range(count):
-                    port = free_port()
-                    argv = sim_engine_argv(command, port, pd_role=role)
-                    await self._engine(deployment, command, argv, port, f"{role}{index}", role)
-                    urls[role].append(f"http://127.0.0.1:{port}")
-            policy = command.routing if command.routing in POLICIES else "pd_aware"
-            port = free_port()
-            argv = sim_router_argv(port, policy, urls["decode"], urls["prefill"])
-            await self._process(deployment, command, "router", argv, port)
+                    spec = sim_engine_spec(command, free_port(), pd_role=role)
+                    await self._engine(deployment, command, spec, f"{role}{index}", role)
+                    urls[role].append(f"http://127.0.0.1:{spec.port}")
+            policy = command.routing if command.routing in _POLICIES else "pd_aware"
+            router = SimRouterSpec(port=free_port(), policy=policy, engines=urls["decode"], prefill=urls["prefill"])  # type: ignore[arg-type]
+            argv = await self._process(deployment, command, "router", "route", router)
         except LaunchError:
             deployment.stop()
             raise
-        deployment.endpoints.insert(0, self._endpoint("router", "router", port))
+        deployment.endpoints.insert(0, self._endpoint("router", "router", router.port))
         deployment.facts["router_argv"] = " ".join(argv[1:])
         deployment.facts["routing"] = policy
         return deployment
 
-    async def _process(self, deployment: Deployment, command: StartStack, name: str, argv: list[str],
-                       port: int) -> Path:  # fmt: skip
-        """Start one process of the deployment and wait until it answers on ``port`` (the deployment is stopped
-        when it does not); returns its log."""
+    async def _process(self, deployment: Deployment, command: StartStack, name: str,
+                       verb: Literal["serve", "store", "route"], spec: BaseModel) -> list[str]:  # fmt: skip
+        """Write the process's spec, start it and wait until it answers on its port (the deployment is stopped
+        when it does not); returns its command line."""
+        run_dir = self._state_dir / "runs" / command.deployment_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec_path = run_dir / f"sim-{name}.json"
+        spec_path.write_text(spec.model_dump_json(indent=2), encoding="utf-8")
+        argv = [sys.executable, "-m", "kvbench_sim", verb, "--spec", str(spec_path)]
         log_path = self._state_dir / "logs" / f"{command.deployment_id}-{name}.log"
         process = ManagedProcess(f"sim-{name}", spawn(argv, log_path, SIM_ENV), log_path)
         deployment.processes.append(process)
         try:
-            await wait_healthy(f"http://127.0.0.1:{port}/health", process, self._health_timeout_s)
+            await wait_healthy(f"http://127.0.0.1:{spec.port}/health", process, self._health_timeout_s)  # type: ignore[attr-defined]
         except LaunchError:
             deployment.stop()
             raise
-        return log_path
+        return argv
 
     def _endpoint(self, name: str, role: Literal["both", "prefill", "decode", "router"], port: int) -> EngineEndpoint:
         return EngineEndpoint(
@@ -234,13 +206,14 @@ class SimLauncher:
             metrics_url=f"http://127.0.0.1:{port}/metrics",
         )
 
-    async def _engine(self, deployment: Deployment, command: StartStack, argv: list[str], port: int, name: str,
-                      role: Literal["both", "prefill", "decode"]) -> None:  # fmt: skip
-        log_path = await self._process(deployment, command, name, argv, port)
-        deployment.endpoints.append(self._endpoint(name, role, port))
-        block_size = read_block_size(log_path)
+    async def _engine(self, deployment: Deployment, command: StartStack, spec: SimEngineSpec, name: str,
+                      role: Literal["both", "prefill", "decode"]) -> list[str]:  # fmt: skip
+        argv = await self._process(deployment, command, name, "serve", spec)
+        deployment.endpoints.append(self._endpoint(name, role, spec.port))
+        block_size = read_block_size(self._state_dir / "logs" / f"{command.deployment_id}-{name}.log")
         if block_size:
             deployment.facts["attention_block_size"] = block_size
+        return argv
 
     async def stop(self, deployment: Deployment) -> None:
         deployment.stop()
