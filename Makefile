@@ -20,7 +20,7 @@ $(UV):
 	@echo "uv not found: installing it with pip into $(UVBOOT)"
 	@python3 -m venv $(UVBOOT) && $(UVBOOT)/bin/pip install -q uv
 
-$(STAMP): $(UV) pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+$(STAMP): $(UV) pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml apps/*/pyproject.toml)
 	@$(UV) sync --locked --all-packages --group dev --quiet
 	@touch $(STAMP)
 
@@ -41,10 +41,12 @@ test-integration: env ## Integration tests (real NATS and PostgreSQL)
 test-e2e: env ## End-to-end tests through every service
 	@$(PY) -m pytest -q -m e2e
 
-lint: env ## ruff (lint + format check) and mypy --strict
+lint: env ## ruff (lint + format check), mypy --strict, the import rules (import-linter), each service installed alone
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
-	@$(VENV)/bin/mypy libs/*/src services/*/src libs/*/tests services/*/tests tests benchmarks
+	@$(VENV)/bin/mypy libs/*/src services/*/src apps/*/src libs/*/tests services/*/tests apps/*/tests tests benchmarks
+	@$(VENV)/bin/lint-imports --no-cache
+	@UV=$(UV) scripts/check-packages.sh
 
 fmt: env ## Format and auto-fix
 	@$(VENV)/bin/ruff format .

@@ -144,8 +144,7 @@ def _traffic(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> tuple[Any, Any, int]:
     from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
-    from kvbench_loadgen.driver import DriveConfig, Driver  # noqa: PLC0415
-    from kvbench_loadgen.routing import Router  # noqa: PLC0415
+    from kvbench_loadgen.entrypoints import DriveConfig, Driver, Router  # noqa: PLC0415
     from kvbench_workloads.sources import build_source  # noqa: PLC0415
 
     arrivals = traffic["arrivals"]

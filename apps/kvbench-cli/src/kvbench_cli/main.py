@@ -236,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report_schema(_: argparse.Namespace) -> int:
-    from kvbench_reporter.schema import report_json_schema  # noqa: PLC0415
+    from kvbench_reporter.entrypoints import report_json_schema  # noqa: PLC0415
 
     sys.stdout.write(json.dumps(report_json_schema(), indent=2) + "\n")
     return 0
@@ -375,7 +375,7 @@ def write_records(lines: Any, out: Path, fmt: str) -> int:
 
 
 def cmd_plan_validate(args: argparse.Namespace) -> int:
-    from kvbench_planner.validation import GroupResolver, load_cluster_file, review_text  # noqa: PLC0415
+    from kvbench_planner.entrypoints import GroupResolver, load_cluster_file, review_text  # noqa: PLC0415
 
     resolver: GroupResolver | None = None
     if args.cluster:
@@ -396,8 +396,8 @@ def cmd_plan_validate(args: argparse.Namespace) -> int:
 
 def cmd_sim_run(args: argparse.Namespace) -> int:
     """Batch (what-if) mode: the whole plan on the simulated cluster in virtual time, no services."""
-    from kvbench_planner.validation import review_text  # noqa: PLC0415
-    from kvbench_sim.whatif import run_plan  # noqa: PLC0415
+    from kvbench_planner.entrypoints import review_text  # noqa: PLC0415
+    from kvbench_sim.entrypoints import run_plan  # noqa: PLC0415
 
     review = review_text(Path(args.plan).read_bytes())
     if not review.valid or review.plan is None:
@@ -503,7 +503,7 @@ def _analyze_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_grafana(args: argparse.Namespace) -> int:
-    from kvbench_reporter.dashboards import export_dashboards, push_dashboards  # noqa: PLC0415
+    from kvbench_reporter.entrypoints import export_dashboards, push_dashboards  # noqa: PLC0415
 
     if args.grafana_command == "export":
         for path in export_dashboards(Path(args.dir)):
