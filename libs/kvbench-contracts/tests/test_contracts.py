@@ -17,6 +17,26 @@ def test_every_message_subject_falls_in_exactly_one_stream() -> None:
         assert stream.name in {s.name for s in STREAMS}, model
 
 
+def test_every_message_registers_itself_fabric_ones_too() -> None:
+    from kvbench_contracts.fabric import NicSampled, SwitchSampled, SwitchUnread  # noqa: PLC0415
+
+    assert {NicSampled, SwitchSampled, SwitchUnread, StartStack, JobFinished} <= set(ALL_MESSAGES)
+    assert len({m.SCHEMA for m in ALL_MESSAGES}) == len(ALL_MESSAGES)
+
+
+def test_two_messages_with_one_schema_are_refused() -> None:
+    from typing import ClassVar  # noqa: PLC0415
+
+    from kvbench_contracts.envelope import Envelope  # noqa: PLC0415
+
+    with pytest.raises(TypeError, match="both declare the schema"):
+
+        class Impostor(Envelope):
+            SCHEMA: ClassVar[str] = JobFinished.SCHEMA
+            SUBJECT: ClassVar[str] = "kvbench.job.{job_id}.finished"
+            job_id: str
+
+
 def test_subject_is_derived_from_fields_and_rejects_dots() -> None:
     event = JobFinished(
         job_id="J1",

@@ -1,7 +1,8 @@
 """kvbench contracts: plain frozen pydantic models for the bus, the plan and records."""
 
+from kvbench_contracts import fabric
 from kvbench_contracts.commands import RunLoad, StartStack, StopStack
-from kvbench_contracts.envelope import Envelope, new_id, utc_now
+from kvbench_contracts.envelope import MESSAGES, Envelope, new_id, utc_now
 from kvbench_contracts.events import (
     EngineEndpoint,
     EngineSampled,
@@ -25,30 +26,14 @@ from kvbench_contracts.plan import Plan, Workload
 from kvbench_contracts.records import RequestRecord
 from kvbench_contracts.streams import BUCKETS, STREAMS, stream_for_subject
 
-ALL_MESSAGES: tuple[type[Envelope], ...] = (
-    NodeRegistered,
-    StackReady,
-    StackFailed,
-    StackStopped,
-    RunSubmitted,
-    RunStarted,
-    RunCancelled,
-    RunFinished,
-    JobStarted,
-    JobProgressed,
-    JobFinished,
-    JobFailed,
-    RecordsBatch,
-    RecordsPacked,
-    EngineSampled,
-    StartStack,
-    StopStack,
-    RunLoad,
-)
+# every message class registers itself as it is defined (Envelope.__init_subclass__); importing the modules above
+# and fabric here defines them all
+ALL_MESSAGES: tuple[type[Envelope], ...] = tuple(MESSAGES.values())
 
 __all__ = [
     "ALL_MESSAGES",
     "BUCKETS",
+    "MESSAGES",
     "STREAMS",
     "EngineEndpoint",
     "EngineSampled",
@@ -74,6 +59,7 @@ __all__ = [
     "StartStack",
     "StopStack",
     "Workload",
+    "fabric",
     "new_id",
     "stream_for_subject",
     "utc_now",

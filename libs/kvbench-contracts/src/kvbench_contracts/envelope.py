@@ -24,6 +24,9 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+MESSAGES: dict[str, type[Envelope]] = {}  # by schema id; filled as each message class is defined
+
+
 class Envelope(BaseModel):
     """Base of every message on the bus.
 
@@ -36,6 +39,18 @@ class Envelope(BaseModel):
 
     SCHEMA: ClassVar[str]
     SUBJECT: ClassVar[str]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # every message registers itself where it is defined: the one list of messages (MESSAGES) is never
+        # written by hand, so a new message is always checked against the streams
+        super().__pydantic_init_subclass__(**kwargs)
+        schema = cls.__dict__.get("SCHEMA")
+        if schema is not None:
+            known = MESSAGES.get(schema)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise TypeError(f"{cls.__name__} and {known.__name__} both declare the schema {schema}")
+            MESSAGES[schema] = cls
 
     event_id: str = Field(default_factory=new_id, description="ULID; also sent as Nats-Msg-Id for dedup")
     occurred_at: datetime = Field(default_factory=utc_now, description="When the fact happened (UTC)")

@@ -6,15 +6,17 @@ half-configured. ``defaults`` is deep-merged under each workload before the work
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 __all__ = [
     "Arrivals",
+    "CacheStart",
     "ClusterRef",
     "DocumentsSpec",
     "EngineSpec",
+    "JobPoint",
     "Measurement",
     "NetworkSpec",
     "Plan",
@@ -42,6 +44,15 @@ Shape = Literal[
 ]
 Routing = Literal["round_robin", "session_affinity", "prefix_aware", "pd_aware"]
 CacheState = Literal["empty", "warm"]
+CacheStart = Literal["fresh", "restarted", "warm"]  # what a job finds: see Workload.cache_start
+
+
+class JobPoint(NamedTuple):
+    """One job of a workload: a load level and a repeat of it."""
+
+    load_level: float
+    repeat: int
+
 
 AGENTIC_DEFAULT_LOAD_DURATION_S = 1200
 
@@ -231,6 +242,19 @@ class Workload(StrictModel):
         if self.traffic.shape == "agentic_replay" or "warmup_s" in self.measurement.model_fields_set:
             return self.measurement.warmup_s
         return 0.0
+
+    def job_grid(self) -> list[JobPoint]:
+        """The workload's jobs in run order: each load level, its repeats innermost."""
+        levels = self.traffic.arrivals.load_levels()
+        return [JobPoint(level, repeat) for level in levels for repeat in range(self.measurement.repeats)]
+
+    def cache_start(self, job_index: int) -> CacheStart:
+        """How the job at ``job_index`` of the workload's run finds its caches: the first on a freshly started
+        stack; each later one on a restarted stack (``cache_state: empty``) or on the caches the one before left
+        (``warm``)."""
+        if job_index == 0:
+            return "fresh"
+        return "restarted" if self.measurement.cache_state == "empty" else "warm"
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

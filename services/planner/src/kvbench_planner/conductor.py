@@ -400,18 +400,18 @@ class Conductor:
         stop_watching = asyncio.Event()
         watcher = asyncio.create_task(self._watch_nodes(node_ids, stop_watching))
         try:
-            first = True
+            started = 0  # jobs run on this stand-up; a resumed run counts from its first unfinished job
             for job in jobs:
                 if job.status in ("succeeded", "failed"):
                     continue
-                if not first and workload.measurement.cache_state == "empty":
+                if workload.cache_start(started) == "restarted":
                     await self._stop_stacks(state, pairs)
                     generation += 1
                     state.stack_generation[workload.name] = generation
                     await self.save(state)
                     deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
                     pairs = list(zip(node_ids, deps, strict=True))
-                first = False
+                started += 1
                 await self._run_job(state, workload, job, endpoints, watcher)
         except BaseException:
             # failing or cancelled: tell the agents to tear down, and do not wait on ones that may be gone

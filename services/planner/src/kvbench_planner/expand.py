@@ -92,10 +92,10 @@ def expand_workload(w: Workload, machines: list[Machine]) -> dict[str, Any]:
                 "processes": _processes(w, stack, i, m, engines, gpus, i < prefill_machines),
             }
         )
-    levels = w.traffic.arrivals.load_levels()
-    jobs = [{"load_level": level, "repeat": r} for level in levels for r in range(w.measurement.repeats)]
+    grid = w.job_grid()
+    jobs = [{"load_level": point.load_level, "repeat": point.repeat} for point in grid]
     stand_up = STAND_UP_S["sim" if w.cluster.sim else "real"]
-    restarts = len(jobs) - 1 if w.measurement.cache_state == "empty" else 0
+    restarts = sum(w.cache_start(i) == "restarted" for i in range(len(grid)))
     duration = stand_up * (1 + restarts) + len(jobs) * estimate_job_s(w)
     return {
         "name": w.name,

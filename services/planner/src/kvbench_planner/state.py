@@ -67,15 +67,8 @@ def expand_jobs(plan: Plan) -> list[JobState]:
     """Workloads x load levels x repeats, in a stable order (repeats innermost)."""
     jobs: list[JobState] = []
     for workload in plan.workloads:
-        for level in workload.traffic.arrivals.load_levels():
-            for repeat in range(workload.measurement.repeats):
-                jobs.append(
-                    JobState(
-                        job_id=new_id(),
-                        workload=workload.name,
-                        stack=workload.stack,
-                        load_level=level,
-                        repeat=repeat,
-                    )
-                )
+        for level, repeat in workload.job_grid():
+            jobs.append(
+                JobState(job_id=new_id(), workload=workload.name, stack=workload.stack, load_level=level, repeat=repeat)
+            )
     return jobs

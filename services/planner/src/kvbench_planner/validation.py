@@ -126,7 +126,7 @@ def _structural(exc: ValidationError, data: dict[str, Any]) -> list[Issue]:
 
 
 def count_jobs(plan: Plan) -> int:
-    return sum(len(w.traffic.arrivals.load_levels()) * w.measurement.repeats for w in plan.workloads)
+    return sum(len(w.job_grid()) for w in plan.workloads)
 
 
 def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review:

@@ -121,17 +121,16 @@ def run_plan(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
         points: list[dict[str, Any]] = []
         cluster: Cluster | None = None
         end_s = 0.0
+        index = 0  # the job's place in the workload's run (Workload.cache_start)
         for level in workload.traffic.arrivals.load_levels():
             jobs: list[dict[str, Any]] = []
             for repeat in range(workload.measurement.repeats):
                 if progress:
                     progress(f"{workload.name}: load {level:g}, repeat {repeat + 1}/{workload.measurement.repeats}")
-                if cluster is None:
-                    state, start_s = "fresh", end_s
-                elif workload.measurement.cache_state == "empty":
-                    state, start_s = "restarted", cluster.restart_stack(end_s)
-                else:
-                    state, start_s = "warm", end_s
+                state, start_s = workload.cache_start(index), end_s
+                index += 1
+                if state == "restarted" and cluster is not None:
+                    start_s = cluster.restart_stack(end_s)
                 figures, cluster, sim = run_job(workload, level, repeat, cluster=cluster, start_s=start_s)
                 figures["cache_state"] = state
                 end_s = sim.now
