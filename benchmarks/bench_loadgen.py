@@ -25,7 +25,7 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
-from kvbench_core.embedded import free_port, wait_port
+from kvbench_core.procs import free_port, wait_port
 from kvbench_loadgen.client import stream_completion
 from kvbench_loadgen.mock_server import MockServer, MockTiming
 

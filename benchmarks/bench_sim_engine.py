@@ -129,7 +129,7 @@ def server_streams(users: int = 500, duration_s: float = 20.0) -> dict[str, floa
 
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 
-    from kvbench_core.embedded import free_port, wait_port  # noqa: PLC0415
+    from kvbench_core.procs import free_port, wait_port  # noqa: PLC0415
 
     port = free_port()
     server = subprocess.Popen(

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kvbench_core.embedded import pid_alive
+from kvbench_core.procs import pid_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ import pytest
 
 from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
-from kvbench_core.embedded import pid_alive
+from kvbench_core.procs import pid_alive
 from kvbench_reporter.schema import Report
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvbench_core.embedded import free_port, stop_pid, wait_port
+from kvbench_core.procs import free_port, stop_pid, wait_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbench_core.embedded import free_port, pid_alive
+from kvbench_core.procs import free_port, pid_alive
 from kvbench_node_agent.launchers.process import ProcessLauncher, docker_argv
 from kvbench_node_agent.normalize import engine_kind, normalize
 from kvbench_node_agent.preflight import check_binaries, check_model, check_ports, check_sizing

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from kvbench_contracts.commands import StartStack
-from kvbench_core.embedded import pid_alive
+from kvbench_core.procs import pid_alive
 from kvbench_node_agent.launchers.base import LaunchError, read_block_size
 from kvbench_node_agent.launchers.sim import SimLauncher, sim_engine_spec
 from kvbench_node_agent.scrape import parse_samples

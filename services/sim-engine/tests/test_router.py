@@ -47,7 +47,7 @@ def test_bad_settings_are_refused_with_the_fix() -> None:
 async def test_an_unreachable_engine_is_a_502_that_names_it() -> None:
     from aiohttp.test_utils import TestClient, TestServer  # noqa: PLC0415
 
-    from kvbench_core.embedded import free_port  # noqa: PLC0415
+    from kvbench_core.procs import free_port  # noqa: PLC0415
     from kvbench_sim.router import build_router  # noqa: PLC0415
 
     dead = f"http://127.0.0.1:{free_port()}"

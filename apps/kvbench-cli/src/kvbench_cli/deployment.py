@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres, free_port, pid_alive, stop_pid
-from kvbench_core.procs import spawn
+from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
+from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid
 
 __all__ = ["DeploymentState", "LocalDeployment", "StartupError"]
 

@@ -22,7 +22,7 @@ from rich.table import Table
 from kvbench_cli.api import ApiError, Endpoints, fetch_report, resolve_endpoints
 from kvbench_cli.deployment import LocalDeployment, StartupError
 from kvbench_cli.load import add_load_parser
-from kvbench_core.embedded import pid_alive
+from kvbench_core.procs import pid_alive
 
 __all__ = ["main"]
 

@@ -12,15 +12,14 @@ import contextlib
 import glob
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvbench_core.procs import free_port, stop_pid, wait_port
 
 __all__ = [
     "EmbeddedNats",
@@ -28,61 +27,11 @@ __all__ = [
     "ServerNotFoundError",
     "find_nats_server",
     "find_pg_bin",
-    "free_port",
-    "pid_alive",
-    "stop_pid",
-    "wait_port",
 ]
 
 
 class ServerNotFoundError(RuntimeError):
     pass
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_port(port: int, host: str = "127.0.0.1", timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on {host}:{port} within {timeout_s:.0f} s")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child still answers kill(0); treat it as gone
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as fh:
-        return fh.read().split(") ", 1)[1][0] != "Z"
-    return True
-
-
-def stop_pid(pid: int, timeout_s: float = 15.0, group: bool = False) -> None:
-    """SIGTERM, wait, then SIGKILL. With ``group`` the whole process group goes (engines included)."""
-    sender = os.killpg if group else os.kill
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        sender(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        if not pid_alive(pid):
-            break
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        sender(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
 
 
 def find_nats_server() -> str:

@@ -12,7 +12,7 @@ import aiohttp
 
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
-from kvbench_core.embedded import stop_pid
+from kvbench_core.procs import stop_pid
 
 __all__ = ["Deployment", "LaunchError", "Launcher", "ManagedProcess", "read_block_size", "wait_healthy"]
 

@@ -22,8 +22,7 @@ from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_contracts.plan import SimCluster
 from kvbench_contracts.sim import SimEngineSpec, SimRouterSpec, SimRoutingPolicy, SimStoreSpec, SimWorkload
-from kvbench_core.embedded import free_port
-from kvbench_core.procs import spawn
+from kvbench_core.procs import free_port, spawn
 from kvbench_node_agent.launchers.base import (
     Deployment,
     LaunchError,
