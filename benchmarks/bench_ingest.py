@@ -24,11 +24,11 @@ import asyncpg
 
 from kvbench_contracts.envelope import new_id
 from kvbench_contracts.events import RecordsPacked
-from kvbench_contracts.records import RequestRecord
+from kvbench_contracts.records import RECORD_COLUMNS, RequestRecord
 from kvbench_core.bus import Bus
 from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
 from kvbench_reporter.ingest import Ingestor
-from kvbench_reporter.store import RECORD_COLUMNS, Store, record_rows
+from kvbench_reporter.store import Store, record_rows
 
 N = int(os.environ.get("KVBENCH_BENCH_RECORDS", "200000"))
 WORKERS = int(os.environ.get("KVBENCH_BENCH_WORKERS", "1"))

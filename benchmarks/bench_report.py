@@ -15,11 +15,12 @@ from typing import Any
 import asyncpg
 
 from kvbench_contracts.events import JobFinished, JobStarted, RunSubmitted
+from kvbench_contracts.records import RECORD_COLUMNS
 from kvbench_core.columns import pack_floats, pack_ints
 from kvbench_core.embedded import EmbeddedPostgres
 from kvbench_reporter.ingest import Ingestor
 from kvbench_reporter.report import build_report
-from kvbench_reporter.store import RECORD_COLUMNS, Store
+from kvbench_reporter.store import Store
 
 N = int(os.environ.get("KVBENCH_BENCH_RECORDS", "1000000"))
 

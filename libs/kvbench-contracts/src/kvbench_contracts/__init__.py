@@ -1,6 +1,5 @@
 """kvbench contracts: plain frozen pydantic models for the bus, the plan and records."""
 
-from kvbench_contracts import fabric
 from kvbench_contracts.commands import RunLoad, StartStack, StopStack
 from kvbench_contracts.envelope import MESSAGES, Envelope, new_id, utc_now
 from kvbench_contracts.events import (
@@ -24,11 +23,8 @@ from kvbench_contracts.events import (
 )
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_contracts.records import RequestRecord
+from kvbench_contracts.registry import ALL_MESSAGES, messages_in
 from kvbench_contracts.streams import BUCKETS, STREAMS, stream_for_subject
-
-# every message class registers itself as it is defined (Envelope.__init_subclass__); importing the modules above
-# and fabric here defines them all
-ALL_MESSAGES: tuple[type[Envelope], ...] = tuple(MESSAGES.values())
 
 __all__ = [
     "ALL_MESSAGES",
@@ -59,7 +55,7 @@ __all__ = [
     "StartStack",
     "StopStack",
     "Workload",
-    "fabric",
+    "messages_in",
     "new_id",
     "stream_for_subject",
     "utc_now",

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import base64
-import sys
-from array import array
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.envelope import Envelope
-from kvbench_contracts.records import RequestRecord
+from kvbench_contracts.records import (
+    COUNTS_TYPECODE,
+    OFFSETS_TYPECODE,
+    TIMES_TYPECODE,
+    ChunkKind,
+    RequestRecord,
+    pack_chunks,
+    unpack_chunks,
+)
 
 __all__ = [
     "EngineEndpoint",
@@ -191,19 +197,12 @@ class RecordsBatch(Envelope):
     records: list[RequestRecord]
 
 
-def _pack(kind: str, values: list[float] | list[int]) -> str:
-    data = array(kind, values)
-    if sys.byteorder != "little":
-        data.byteswap()
-    return base64.b64encode(data.tobytes()).decode()
+def _pack(kind: ChunkKind, values: list[float] | list[int]) -> str:
+    return base64.b64encode(pack_chunks(kind, values)).decode()
 
 
-def _unpack(kind: str, text: str) -> list[Any]:
-    data = array(kind)
-    data.frombytes(base64.b64decode(text))
-    if sys.byteorder != "little":
-        data.byteswap()
-    return data.tolist()
+def _unpack(kind: ChunkKind, text: str) -> list[Any]:
+    return unpack_chunks(kind, base64.b64decode(text))
 
 
 class RecordsPacked(Envelope):
@@ -257,15 +256,15 @@ class RecordsPacked(Envelope):
             cached_tokens=[r.cached_tokens for r in records],
             ok=[r.ok for r in records],
             error=[r.error for r in records],
-            chunk_offsets=_pack("q", offsets),
-            chunk_times=_pack("d", times),
-            chunk_tokens=_pack("i", tokens),
+            chunk_offsets=_pack(OFFSETS_TYPECODE, offsets),
+            chunk_times=_pack(TIMES_TYPECODE, times),
+            chunk_tokens=_pack(COUNTS_TYPECODE, tokens),
         )
 
     def to_records(self) -> list[RequestRecord]:
-        offsets = _unpack("q", self.chunk_offsets)
-        times = _unpack("d", self.chunk_times)
-        tokens = _unpack("i", self.chunk_tokens)
+        offsets = _unpack(OFFSETS_TYPECODE, self.chunk_offsets)
+        times = _unpack(TIMES_TYPECODE, self.chunk_times)
+        tokens = _unpack(COUNTS_TYPECODE, self.chunk_tokens)
         return [
             RequestRecord(
                 request_id=self.request_id[i],

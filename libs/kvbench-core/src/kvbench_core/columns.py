@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from kvbench_contracts.records import RequestRecord
+from kvbench_contracts.records import COUNTS_TYPECODE, TIMES_TYPECODE, RequestRecord
 
 __all__ = ["Columns", "pack_floats", "pack_ints", "unpack_floats", "unpack_ints"]
 
-F8 = np.dtype("<f8")
-I4 = np.dtype("<i4")
+# the contracts' packed chunk format (kvbench_contracts.records), read with numpy
+F8 = np.dtype("<" + TIMES_TYPECODE)
+I4 = np.dtype("<" + COUNTS_TYPECODE)
 
 
 def pack_floats(values: Sequence[float]) -> bytes:

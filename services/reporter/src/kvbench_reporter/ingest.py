@@ -15,7 +15,6 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import (
     JobFailed,
     JobFinished,
-    JobProgressed,
     JobStarted,
     NodeRegistered,
     RecordsBatch,
@@ -23,29 +22,19 @@ from kvbench_contracts.events import (
     RunFinished,
     RunStarted,
     RunSubmitted,
-    StackFailed,
-    StackReady,
-    StackStopped,
 )
+from kvbench_contracts.records import COUNTS_TYPECODE, OFFSETS_TYPECODE, PACKED_COLUMNS, TIMES_TYPECODE, chunk_size
+from kvbench_contracts.registry import messages_in
 from kvbench_reporter.store import Conn, Store
 
 __all__ = ["CONTROL_MODELS", "Ingestor"]
 
-CONTROL_MODELS: tuple[type[Envelope], ...] = (
-    RunSubmitted,
-    RunStarted,
-    RunFinished,
-    JobStarted,
-    JobProgressed,
-    JobFinished,
-    JobFailed,
-    StackReady,
-    StackFailed,
-    StackStopped,
-    NodeRegistered,
-)
+# every lifecycle fact is stored (the audit trail); _apply turns the ones the report reads into rows
+CONTROL_MODELS: tuple[type[Envelope], ...] = messages_in("KVBENCH_CONTROL")
 
 OnRunFinished = Callable[[str], Awaitable[None]]
+
+_TIME_BYTES, _TOKEN_BYTES = chunk_size(TIMES_TYPECODE), chunk_size(COUNTS_TYPECODE)
 
 
 def _opt(value: object, kind: type) -> object:
@@ -77,8 +66,8 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
                 float(r["start_s"]),
                 _opt(r.get("ttft_s"), float),
                 _opt(r.get("e2e_s"), float),
-                struct.pack(f"<{len(times)}d", *times),
-                struct.pack(f"<{len(tokens)}i", *tokens),
+                struct.pack(f"<{len(times)}{TIMES_TYPECODE}", *times),
+                struct.pack(f"<{len(tokens)}{COUNTS_TYPECODE}", *tokens),
                 int(r.get("prompt_tokens", 0)),
                 int(r.get("output_tokens", 0)),
                 _opt(r.get("cached_tokens"), int),
@@ -93,28 +82,12 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
 def _decode_packed(raw: dict[str, Any]) -> tuple[str, list[tuple[object, ...]], datetime]:
     run_id, job_id, shard = str(raw["run_id"]), str(raw["job_id"]), str(raw["shard"])
     count = len(raw["request_id"])
-    offsets = struct.unpack(f"<{count + 1}q", base64.b64decode(raw["chunk_offsets"]))
+    offsets = struct.unpack(f"<{count + 1}{OFFSETS_TYPECODE}", base64.b64decode(raw["chunk_offsets"]))
     times = base64.b64decode(raw["chunk_times"])
     tokens = base64.b64decode(raw["chunk_tokens"])
-    if len(times) != 8 * offsets[-1] or len(tokens) != 4 * offsets[-1]:
+    if len(times) != _TIME_BYTES * offsets[-1] or len(tokens) != _TOKEN_BYTES * offsets[-1]:
         raise ValueError("packed chunk arrays do not match their offsets")
-    columns = [
-        raw[name]
-        for name in (
-            "request_id",
-            "workload",
-            "session_id",
-            "turn",
-            "start_s",
-            "ttft_s",
-            "e2e_s",
-            "prompt_tokens",
-            "output_tokens",
-            "cached_tokens",
-            "ok",
-            "error",
-        )
-    ]
+    columns = [raw[name] for name in PACKED_COLUMNS]
     if any(len(column) != count for column in columns):
         raise ValueError("packed columns differ in length")
     rows: list[tuple[object, ...]] = [
@@ -128,8 +101,8 @@ def _decode_packed(raw: dict[str, Any]) -> tuple[str, list[tuple[object, ...]], 
             float(start),
             ttft,
             e2e,
-            times[8 * a : 8 * b],
-            tokens[4 * a : 4 * b],
+            times[_TIME_BYTES * a : _TIME_BYTES * b],
+            tokens[_TOKEN_BYTES * a : _TOKEN_BYTES * b],
             int(prompt),
             int(output),
             cached,

@@ -14,33 +14,13 @@ from asyncpg.pool import PoolConnectionProxy
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
 from kvbench_contracts.fabric import NicSampled, SwitchSampled, SwitchUnread
-from kvbench_contracts.records import RequestRecord
+from kvbench_contracts.records import RECORD_COLUMNS, RequestRecord
 from kvbench_core.columns import Columns, pack_floats, pack_ints, unpack_floats, unpack_ints
 
-__all__ = ["RECORD_COLUMNS", "Conn", "Store", "apply_migrations", "record_rows"]
+__all__ = ["Conn", "Store", "apply_migrations", "record_rows"]
 
 # a plain connection or one borrowed from the pool: both run the same queries
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
-
-RECORD_COLUMNS = (
-    "job_id",
-    "request_id",
-    "run_id",
-    "workload",
-    "session_id",
-    "turn",
-    "start_s",
-    "ttft_s",
-    "e2e_s",
-    "chunk_times_s",
-    "chunk_tokens",
-    "prompt_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "ok",
-    "error",
-    "shard",
-)
 
 
 def record_rows(run_id: str, records: Sequence[RequestRecord]) -> list[tuple[object, ...]]:
