@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.problem import Problem
 from kvbench_contracts.records import (
     COUNTS_TYPECODE,
     OFFSETS_TYPECODE,
@@ -136,7 +137,9 @@ class RunFinished(Envelope):
     SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.finished"
     run_id: str
     status: RunStatus
-    reasons: list[dict[str, str]] = Field(default_factory=list, description="{code, message, fix} when not succeeded")
+    reasons: list[Problem] = Field(
+        default_factory=list, description="What went wrong, with the fix, when not succeeded"
+    )
 
 
 class JobStarted(Envelope):

@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from kvbench_contracts.fabric import SwitchConfig, SwitchSpec
 from kvbench_contracts.plan import Plan
+from kvbench_contracts.problem import Problem
 from kvbench_core.bus import Bus
 from kvbench_core.metrics import metric_name, new_registry
 from kvbench_planner.conductor import CONTROL_EVENTS, Conductor
 from kvbench_planner.registry import NAME_PATTERN, Registry
-from kvbench_planner.rules import Issue
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.validation import MAX_DOCUMENT_BYTES, Review, parse_document, review_plan
 from kvbench_stacks.catalog import ORCHESTRATOR_LOCKS
@@ -180,12 +180,12 @@ def create_app(settings: PlannerSettings) -> FastAPI:
             for w in review.plan.workloads:
                 if w.hf_token_secret and w.hf_token_secret not in known:
                     review.errors.append(
-                        Issue(
-                            "unknown_secret",
-                            f"There is no secret {w.hf_token_secret!r}",
-                            "Store the Hugging Face token with PUT /v1/secrets/{name}.",
-                            "hf_token_secret",
-                            w.name,
+                        Problem(
+                            code="unknown_secret",
+                            message=f"There is no secret {w.hf_token_secret!r}",
+                            fix="Store the Hugging Face token with PUT /v1/secrets/{name}.",
+                            field="hf_token_secret",
+                            workload=w.name,
                         )
                     )
             if review.errors:

@@ -33,6 +33,7 @@ from kvbench_contracts.events import (
     StackStopped,
 )
 from kvbench_contracts.plan import Plan, Workload
+from kvbench_contracts.problem import KvbenchError, Problem
 from kvbench_core.bus import Bus
 from kvbench_planner.cluster import Machine
 from kvbench_planner.registry import Registry
@@ -52,11 +53,11 @@ CONTROL_EVENTS: tuple[type[Envelope], ...] = (
     JobProgressed,
 )
 
-NODE_UNRESPONSIVE = {
-    "code": "node_unresponsive",
-    "message": "A node stopped responding",
-    "fix": "Check that the agent is running on that machine, and then run the workload again.",
-}
+NODE_UNRESPONSIVE = Problem(
+    code="node_unresponsive",
+    message="A node stopped responding",
+    fix="Check that the agent is running on that machine, and then run the workload again.",
+)
 
 
 def sim_cluster(workload: Workload, default_speed: float | None) -> dict[str, Any] | None:
@@ -71,10 +72,15 @@ def sim_cluster(workload: Workload, default_speed: float | None) -> dict[str, An
     return spec
 
 
-class RunFailedError(Exception):
+class RunFailedError(KvbenchError):
+    """The run cannot go on; its problem says why and what to do."""
+
     def __init__(self, code: str, message: str, fix: str = "") -> None:
-        super().__init__(message)
-        self.reason = {"code": code, "message": message, "fix": fix}
+        super().__init__(Problem(code=code, message=message, fix=fix))
+
+    @classmethod
+    def node_unresponsive(cls, which: str) -> RunFailedError:
+        return cls(NODE_UNRESPONSIVE.code, f"{NODE_UNRESPONSIVE.message} ({which})", NODE_UNRESPONSIVE.fix)
 
 
 class Conductor:
@@ -209,14 +215,14 @@ class Conductor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _finish(self, state: RunState, status: str, reasons: list[dict[str, str]]) -> None:
+    async def _finish(self, state: RunState, status: str, reasons: list[Problem]) -> None:
         state.status = status  # type: ignore[assignment]
-        state.reasons = reasons
+        state.reasons = [r.as_reason() for r in reasons]
         state.current_workload = None
         for job in state.jobs:
             if job.status in ("pending", "running"):
                 job.status = "cancelled" if status == "cancelled" else "failed"
-                job.reason = job.reason or (reasons[0]["message"] if reasons else status)
+                job.reason = job.reason or (reasons[0].message if reasons else status)
         await self.save(state)
         await self.bus.publish(RunFinished(run_id=state.run_id, status=state.status, reasons=reasons))
         log.info("run finished", extra={"run_id": state.run_id, "status": status})
@@ -238,18 +244,19 @@ class Conductor:
                 await self._run_workload(state, index, workload, jobs)
             failed = [j for j in state.jobs if j.status == "failed"]
             reasons = [
-                {
-                    "code": "job_failed",
-                    "message": f"job {j.job_id} ({j.workload}): {j.reason}",
-                    "fix": "Read the job's reason and the service logs.",
-                }
+                Problem(
+                    code="job_failed",
+                    message=f"job {j.job_id} ({j.workload}): {j.reason}",
+                    fix="Read the job's reason and the service logs.",
+                    workload=j.workload,
+                )
                 for j in failed
             ]
             await self._finish(state, "failed" if failed else "succeeded", reasons)
         except RunFailedError as exc:
-            # not **exc.reason: "message" is a reserved LogRecord attribute and logging would raise
-            log.warning("run failed", extra={**ids, "code": exc.reason["code"], "reason": exc.reason["message"]})
-            await self._finish(state, "failed", [exc.reason])
+            # not the problem's fields as they are: "message" is a reserved LogRecord attribute and logging would raise
+            log.warning("run failed", extra={**ids, "code": exc.problem.code, "reason": exc.problem.message})
+            await self._finish(state, "failed", [exc.problem])
         except asyncio.CancelledError:
             # a user's cancel ends the run; a planner shutdown leaves it to be resumed
             if state.run_id in self._cancelling:
@@ -258,7 +265,7 @@ class Conductor:
             raise
         except Exception as exc:
             log.exception("run failed unexpectedly", extra=ids)
-            await self._finish(state, "failed", [{"code": "internal_error", "message": str(exc), "fix": ""}])
+            await self._finish(state, "failed", [Problem(code="internal_error", message=str(exc))])
 
     def _sim(self, workload: Workload) -> dict[str, Any] | None:
         return sim_cluster(workload, self.settings.sim_speed)
@@ -292,9 +299,7 @@ class Conductor:
                         f"The simulated cluster needs {sim.machines} machines; {missing} are not up",
                         f"Start more simulated machines: kvbench up --sim-machines {sim.machines}.",
                     )
-                raise RunFailedError(
-                    NODE_UNRESPONSIVE["code"], f"{NODE_UNRESPONSIVE['message']} ({missing})", NODE_UNRESPONSIVE["fix"]
-                )
+                raise RunFailedError.node_unresponsive(missing)
             await asyncio.sleep(0.5)
 
     async def _start_stacks(
@@ -381,11 +386,7 @@ class Conductor:
                 try:
                     await kv.get(node_id)
                 except nats.js.errors.KeyNotFoundError:
-                    raise RunFailedError(
-                        NODE_UNRESPONSIVE["code"],
-                        NODE_UNRESPONSIVE["message"] + f" ({node_id})",
-                        NODE_UNRESPONSIVE["fix"],
-                    ) from None
+                    raise RunFailedError.node_unresponsive(node_id) from None
 
     async def _run_workload(self, state: RunState, index: int, workload: Workload, jobs: list[JobState]) -> None:
         nodes = await self._nodes_for(workload)
@@ -479,7 +480,7 @@ class Conductor:
             self._waiters.pop(key, None)
         if watcher in done:
             every_shard.cancel()
-            job.status, job.reason = "failed", NODE_UNRESPONSIVE["message"]
+            job.status, job.reason = "failed", NODE_UNRESPONSIVE.message
             watcher.result()  # raises RunFailedError(node_unresponsive)
         if every_shard not in done:
             every_shard.cancel()

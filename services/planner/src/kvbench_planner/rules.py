@@ -3,43 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvbench_contracts.plan import Workload
+from kvbench_contracts.problem import Problem
 from kvbench_planner.cluster import Machine
 from kvbench_stacks.catalog import CATALOG, ORCHESTRATOR_LOCKS, StackSpec
 from kvbench_stacks.hardware import WEIGHT_SHARE, find_model, gpu_spec, min_tensor_parallel
 from kvbench_stacks.query import version_tuple
 
-__all__ = ["Issue", "workload_issues"]
+__all__ = ["workload_issues"]
 
 SIM_GPUS = ("L40S", "H100", "H200", "MI300X", "GB10")
 
 
-@dataclass(frozen=True)
-class Issue:
-    code: str
-    message: str
-    fix: str = ""
-    field: str = ""
-    workload: str | None = None
-
-    def as_dict(self) -> dict[str, str | None]:
-        return {
-            "workload": self.workload,
-            "field": self.field,
-            "code": self.code,
-            "message": self.message,
-            "fix": self.fix,
-        }
-
-
-def workload_issues(w: Workload, machines: list[Machine] | None) -> tuple[list[Issue], list[Issue]]:
+def workload_issues(w: Workload, machines: list[Machine] | None) -> tuple[list[Problem], list[Problem]]:
     """Errors and warnings; ``machines`` is None when the cluster could not be resolved."""
-    errors: list[Issue] = []
-    warnings: list[Issue] = []
-    err: Callable[[str, str, str, str], None] = lambda c, m, f, p: errors.append(Issue(c, m, f, p, w.name))  # noqa: E731
-    warn: Callable[[str, str, str, str], None] = lambda c, m, f, p: warnings.append(Issue(c, m, f, p, w.name))  # noqa: E731
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
+
+    def err(code: str, message: str, fix: str, field: str) -> None:
+        errors.append(Problem(code=code, message=message, fix=fix, field=field, workload=w.name))
+
+    def warn(code: str, message: str, fix: str, field: str) -> None:
+        warnings.append(Problem(code=code, message=message, fix=fix, field=field, workload=w.name))
 
     stack = CATALOG.get(w.stack)
     if w.orchestrator != "bare_metal":

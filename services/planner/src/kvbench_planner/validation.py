@@ -15,14 +15,15 @@ import yaml
 from pydantic import ValidationError
 
 from kvbench_contracts.plan import Plan
+from kvbench_contracts.problem import Problem
 from kvbench_planner.cluster import ClusterFile, Machine, machines_from_sim
 from kvbench_planner.expand import expand_plan
-from kvbench_planner.rules import Issue, workload_issues
+from kvbench_planner.rules import workload_issues
 from kvbench_stacks.catalog import CATALOG
 
 __all__ = [
     "GroupResolver",
-    "Issue",
+    "Problem",
     "Review",
     "count_jobs",
     "load_cluster_file",
@@ -39,8 +40,8 @@ GroupResolver = Callable[[str], list[Machine] | None]
 @dataclass
 class Review:
     plan: Plan | None
-    errors: list[Issue] = field(default_factory=list)
-    warnings: list[Issue] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
     jobs: int = 0
     expanded: dict[str, Any] | None = None
     machines: dict[str, list[Machine]] = field(default_factory=dict)
@@ -63,31 +64,33 @@ class Review:
         return out
 
 
-def parse_document(text: str | bytes) -> tuple[Any, Issue | None]:
+def parse_document(text: str | bytes) -> tuple[Any, Problem | None]:
     """YAML or JSON (JSON is YAML); a bad document is one clear issue, never a stack trace."""
     if len(text) > MAX_DOCUMENT_BYTES:
-        return None, Issue(
-            "document_too_large",
-            f"The plan is {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}",
-            "Split the plan or remove inline data.",
+        return None, Problem(
+            code="document_too_large",
+            message=f"The plan is {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}",
+            fix="Split the plan or remove inline data.",
         )
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        return None, Issue(
-            "invalid_document",
-            f"The plan is not valid YAML or JSON{at}",
-            "Fix the syntax; check indentation and quotes.",
+        return None, Problem(
+            code="invalid_document",
+            message=f"The plan is not valid YAML or JSON{at}",
+            fix="Fix the syntax; check indentation and quotes.",
         )
     except (ValueError, UnicodeDecodeError):
-        return None, Issue("invalid_document", "The plan is not UTF-8 text", "Save the plan as UTF-8.")
+        return None, Problem(
+            code="invalid_document", message="The plan is not UTF-8 text", fix="Save the plan as UTF-8."
+        )
     if not isinstance(data, dict):
-        return None, Issue(
-            "invalid_document",
-            "The plan must be a mapping with version, name and workloads",
-            "Start from examples/demo.yaml.",
+        return None, Problem(
+            code="invalid_document",
+            message="The plan must be a mapping with version, name and workloads",
+            fix="Start from examples/demo.yaml.",
         )
     return data, None
 
@@ -102,25 +105,39 @@ def _field_path(loc: tuple[int | str, ...], data: dict[str, Any]) -> tuple[str |
     return workload, ".".join(str(p) for p in loc)
 
 
-def _structural(exc: ValidationError, data: dict[str, Any]) -> list[Issue]:
-    issues: list[Issue] = []
+def _structural(exc: ValidationError, data: dict[str, Any]) -> list[Problem]:
+    issues: list[Problem] = []
     for err in exc.errors():
         workload, path = _field_path(tuple(err["loc"]), data)
         if err["type"] == "extra_forbidden":
             issues.append(
-                Issue(
-                    "unknown_field",
-                    f"Unknown key {path!r}",
-                    "Remove it or check its spelling (`kvbench plan schema` lists every key).",
-                    path,
-                    workload,
+                Problem(
+                    code="unknown_field",
+                    message=f"Unknown key {path!r}",
+                    fix="Remove it or check its spelling (`kvbench plan schema` lists every key).",
+                    field=path,
+                    workload=workload,
                 )
             )
         elif err["type"] == "missing":
-            issues.append(Issue("missing_field", f"{path} is required", f"Set {path}.", path, workload))
+            issues.append(
+                Problem(
+                    code="missing_field",
+                    message=f"{path} is required",
+                    fix=f"Set {path}.",
+                    field=path,
+                    workload=workload,
+                )
+            )
         else:
             issues.append(
-                Issue("invalid_field", f"{path}: {err['msg']}", f"Give {path} a valid value.", path, workload)
+                Problem(
+                    code="invalid_field",
+                    message=f"{path}: {err['msg']}",
+                    fix=f"Give {path} a valid value.",
+                    field=path,
+                    workload=workload,
+                )
             )
     return issues
 
@@ -131,7 +148,14 @@ def count_jobs(plan: Plan) -> int:
 
 def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review:
     if not isinstance(data, dict):
-        return Review(None, [Issue("invalid_document", "The plan must be a mapping", "Start from examples/demo.yaml.")])
+        return Review(
+            None,
+            [
+                Problem(
+                    code="invalid_document", message="The plan must be a mapping", fix="Start from examples/demo.yaml."
+                )
+            ],
+        )
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
@@ -141,12 +165,12 @@ def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review
     for w in plan.workloads:
         if w.name in seen:
             review.errors.append(
-                Issue(
-                    "duplicate_workload_name",
-                    f"Two workloads are named {w.name!r}",
-                    "Give every workload a unique name.",
-                    "name",
-                    w.name,
+                Problem(
+                    code="duplicate_workload_name",
+                    message=f"Two workloads are named {w.name!r}",
+                    fix="Give every workload a unique name.",
+                    field="name",
+                    workload=w.name,
                 )
             )
         seen.add(w.name)
@@ -158,12 +182,13 @@ def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review
             machines = resolve_group(group) if resolve_group else None
             if machines is None:
                 review.errors.append(
-                    Issue(
-                        "unknown_cluster_group",
-                        f"There is no cluster group {group!r}",
-                        "Create the group (POST /v1/cluster-groups), pass --cluster FILE offline, or set cluster.sim.",
-                        "cluster.group",
-                        w.name,
+                    Problem(
+                        code="unknown_cluster_group",
+                        message=f"There is no cluster group {group!r}",
+                        fix="Create the group (POST /v1/cluster-groups), pass --cluster FILE offline, "
+                        "or set cluster.sim.",
+                        field="cluster.group",
+                        workload=w.name,
                     )
                 )
         errors, warnings = workload_issues(w, machines)

@@ -184,7 +184,7 @@ class Ingestor:
                 "UPDATE runs SET status = $2, reasons = $3::jsonb, finished_at = $4 WHERE run_id = $1",
                 e.run_id,
                 e.status,
-                json.dumps(e.reasons),
+                json.dumps([r.as_reason() for r in e.reasons]),
                 e.occurred_at,
             )
         elif isinstance(e, JobStarted):
