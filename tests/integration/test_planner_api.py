@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kvbench_core.settings import load_settings
-from kvbench_planner.app import create_app
+from kvbench_planner.api import create_app
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.validation import load_cluster_file, review_text
 
@@ -194,6 +194,12 @@ def test_catalog_says_why_a_stack_cannot_be_chosen(client: TestClient) -> None:
     assert "NVIDIA" in rows["trtllm-reuse"]["why_not"]
     assert "0.21.0 or newer" in rows["vllm-pd-mori"]["why_not"]
     assert len(rows) == 29
+    assert rows["vllm-mooncake-store"]["shared_store"] == "mooncake"  # the whole catalog row, not only the verdict
+    assert rows["vllm-mooncake-store"]["tiers"] == ["gpu"]
     locked = client.get("/v1/catalog/orchestrators").json()
     assert {o["id"] for o in locked if o["locked"]} == {"dynamo", "llm-d", "production-stack"}
-    assert client.get("/openapi.json").status_code == 200
+    openapi = client.get("/openapi.json")
+    assert openapi.status_code == 200
+    # responses are described, not only requests
+    ok = openapi.json()["paths"]["/v1/catalog/stacks"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert ok["schema"]["items"]["$ref"].endswith("/StackRow")

@@ -160,3 +160,17 @@ def test_packed_records_round_trip_exactly() -> None:
     assert packed.subject() == "kvbench.records.R.J"
     again = RecordsPacked.model_validate_json(packed.to_bytes())
     assert again.to_records() == records
+
+
+@pytest.mark.parametrize("name", ["leaf1.", "leaf1..b", ".leaf1", "a" * 64])
+def test_a_switch_name_that_cannot_be_a_kv_key_is_refused(name: str) -> None:
+    from kvbench_contracts.fabric import SwitchSpec  # noqa: PLC0415
+
+    with pytest.raises(ValidationError):
+        SwitchSpec(name=name, address="10.0.0.1")
+
+
+def test_a_dotted_switch_name_is_accepted() -> None:
+    from kvbench_contracts.fabric import SwitchSpec  # noqa: PLC0415
+
+    assert SwitchSpec(name="leaf1.dc-2", address="10.0.0.1").name == "leaf1.dc-2"

@@ -30,7 +30,12 @@ class _Frozen(BaseModel):
 class SwitchSpec(_Frozen):
     """How to read one switch, without its login (the API takes the login; the registry stores it as a secret)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="Switch name (usually its sysName)")
+    # also a JetStream KV key: dots only between other characters (a key may not end in a dot or hold two)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$",
+        max_length=63,
+        description="Switch name (usually its sysName)",
+    )
     address: str = Field(min_length=1, description="Poll endpoint: host or IP")
     port: int = Field(161, ge=1, le=65535, description="SNMP UDP port, or gNMI TCP port (default 9339 for gNMI)")
     protocol: Literal["snmp", "gnmi"] = Field("snmp", description="Driver: SNMP, or gNMI (OpenConfig paths)")

@@ -4,7 +4,7 @@ import uvicorn
 
 from kvbench_core.logging import configure_logging
 from kvbench_core.settings import load_settings
-from kvbench_planner.app import create_app
+from kvbench_planner.api import create_app
 from kvbench_planner.settings import PlannerSettings
 
 __all__ = ["main"]

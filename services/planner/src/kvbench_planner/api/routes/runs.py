@@ -1,0 +1,68 @@
+"""Runs: submit a plan, follow it, cancel it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import JSONResponse
+
+from kvbench_planner.api.deps import ConductorDep, MetricsDep, ReviewDep, authorized, review_response
+from kvbench_planner.api.openapi import PLAN_BODY, REFUSED
+from kvbench_planner.api.schemas import RunCreated, RunDetail, RunSummary
+
+router = APIRouter(tags=["runs"])
+log = logging.getLogger("kvbench_planner")
+_NO_RUN: dict[int | str, dict[str, Any]] = {404: {"description": "No such run"}}
+
+
+@router.post(
+    "/v1/runs",
+    status_code=201,
+    openapi_extra=PLAN_BODY,
+    dependencies=authorized,
+    responses={**REFUSED, 201: {"model": RunCreated, "description": "Accepted: the run's id and its warnings"}},
+)
+async def create_run(review: ReviewDep, conductor: ConductorDep, metrics: MetricsDep) -> JSONResponse:
+    if not review.valid or review.plan is None:
+        metrics.refused.inc()
+        return review_response(review)
+    state = await conductor.submit(review.plan, review.machines)
+    metrics.submitted.inc()
+    log.info("run submitted", extra={"run_id": state.run_id, "plan": state.plan_name, "jobs": len(state.jobs)})
+    created = RunCreated.model_validate(
+        {"run_id": state.run_id, "jobs": len(state.jobs), "warnings": [w.as_dict() for w in review.warnings]}
+    )
+    return JSONResponse(created.model_dump(mode="json"), status_code=201)
+
+
+@router.get("/v1/runs")
+async def list_runs(conductor: ConductorDep) -> list[RunSummary]:
+    runs = sorted(conductor.runs.values(), key=lambda s: s.created_at, reverse=True)
+    return [
+        RunSummary(
+            run_id=s.run_id,
+            plan_name=s.plan_name,
+            status=s.status,
+            progress=round(s.progress, 4),
+            created_at=s.created_at.isoformat(),
+        )
+        for s in runs
+    ]
+
+
+@router.get("/v1/runs/{run_id}", responses=_NO_RUN)
+async def get_run(run_id: str, conductor: ConductorDep) -> RunDetail:
+    state = conductor.runs.get(run_id)
+    if state is None:
+        raise HTTPException(status_code=404, detail=f"no run {run_id}")
+    return RunDetail.model_validate(state.public())
+
+
+@router.post("/v1/runs/{run_id}/cancel", dependencies=authorized, responses=_NO_RUN)
+async def cancel_run(run_id: str, conductor: ConductorDep) -> RunDetail:
+    state = await conductor.cancel(run_id)
+    if state is None:
+        raise HTTPException(status_code=404, detail=f"no run {run_id}")
+    return RunDetail.model_validate(state.public())
