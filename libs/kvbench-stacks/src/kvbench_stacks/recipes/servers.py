@@ -215,3 +215,15 @@ def mooncake_transport(ctx: RenderContext) -> dict[str, str]:
     """How a Mooncake client moves data: RDMA on the configured device, else TCP."""
     device = ctx.network.get("rdma_device")
     return {"protocol": "rdma" if device else "tcp", "device_name": device or ""}
+
+
+def lmcache_mooncake_l2(ctx: RenderContext, transport: dict[str, str]) -> dict[str, Any]:
+    """LMCache's ``mooncake_store`` L2 adapter: the pool's Mooncake store (shared_store_gb) behind every server."""
+    gb = float(ctx.sizing.get("shared_store_gb") or 0)
+    return {
+        "type": "mooncake_store",
+        "master_server_address": mooncake_master_address(ctx),
+        "metadata_server": "P2PHANDSHAKE",
+        **transport,
+        "global_segment_size": int(gb * 2**30),
+    }

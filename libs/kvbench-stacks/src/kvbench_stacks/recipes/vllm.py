@@ -20,6 +20,7 @@ from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
 from kvbench_stacks.recipes.servers import (
+    lmcache_mooncake_l2,
     lmcache_mp_connector,
     lmcache_tiers,
     mooncake_master,
@@ -89,16 +90,7 @@ def vllm_lmcache_valkey(ctx: RenderContext) -> Machines:  # stacks.md 1.4 with t
 @recipe("vllm-lmcache-mooncake")
 def vllm_lmcache_mooncake(ctx: RenderContext) -> Machines:  # stacks.md 1.5 (MP mode, L2 mooncake_store)
     l1, l2 = lmcache_tiers(ctx)
-    gb = float(ctx.sizing.get("shared_store_gb") or 0)
-    l2.append(
-        {
-            "type": "mooncake_store",
-            "master_server_address": mooncake_master_address(ctx),
-            "metadata_server": "P2PHANDSHAKE",
-            **mooncake_transport(ctx),
-            "global_segment_size": int(gb * 2**30),
-        }
-    )
+    l2.append(lmcache_mooncake_l2(ctx, mooncake_transport(ctx)))
     out = with_lmcache_servers(
         ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector())), l2, l1
     )

@@ -23,11 +23,11 @@ from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
 from kvbench_stacks.recipes.servers import (
+    lmcache_mooncake_l2,
     lmcache_mp_connector,
     lmcache_pd_proxy,
     lmcache_tiers,
     mooncake_master,
-    mooncake_master_address,
     vllm_pd_router,
     with_lmcache_servers,
 )
@@ -192,16 +192,7 @@ def vllm_pd_nixl_lmcache(ctx: RenderContext) -> Machines:  # stacks.md 1.10 (sta
 def vllm_pd_lmcache_store(ctx: RenderContext) -> Machines:  # stacks.md 1.11 (b), MP mode
     slots = engine_slots(ctx, True)
     l1, l2 = lmcache_tiers(ctx)
-    gb = float(ctx.sizing.get("shared_store_gb") or 0)
-    l2.append(
-        {
-            "type": "mooncake_store",
-            "master_server_address": mooncake_master_address(ctx),
-            "metadata_server": "P2PHANDSHAKE",
-            "protocol": "tcp",
-            "global_segment_size": int(gb * 2**30),
-        }
-    )
+    l2.append(lmcache_mooncake_l2(ctx, {"protocol": "tcp"}))  # stacks.md 1.11 (b): the store over TCP
     telemetry = f"http://{host_of(ctx, 0)}:{PORTS['lmcache_telemetry']}/api/v1/telemetry"
 
     def build(s: EngineSlot) -> ProcessSpec:
