@@ -29,3 +29,15 @@ def test_plan_validate_offline_json_and_exit_codes(tmp_path: Path, capsys: pytes
 
 def test_down_without_up_stops_nothing(tmp_path: Path) -> None:
     assert LocalDeployment(tmp_path).down() == []
+
+
+def test_report_is_a_group_whose_default_shows_a_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # `kvbench report RUN_ID` is `report show RUN_ID`; a planner that is not up is an error, not a traceback
+    with pytest.raises(SystemExit) as unreachable:
+        main(["report", "01RUN", "--api", "http://127.0.0.1:9", "--report-api", "http://127.0.0.1:9"])
+    assert unreachable.value.code == 1
+    assert "cannot reach http://127.0.0.1:9" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as schema:
+        main(["report", "schema"])
+    assert schema.value.code == 0
+    assert "$defs" in json.loads(capsys.readouterr().out)

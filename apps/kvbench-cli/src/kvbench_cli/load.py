@@ -252,7 +252,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
-        from kvbench_cli.main import print_figures  # noqa: PLC0415
+        from kvbench_cli.console import print_figures  # noqa: PLC0415
 
         print_figures(figures)
         sys.stdout.write(f"records: {written:,} in {path} · tokenizer: {source.tokenizer}\n")

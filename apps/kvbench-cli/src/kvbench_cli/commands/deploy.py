@@ -1,0 +1,97 @@
+"""`kvbench up`, `down` and `status`: the local deployment of every service and a simulated cluster."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.table import Table
+
+from kvbench_cli.console import (
+    console,
+)
+from kvbench_cli.deployment import LocalDeployment
+from kvbench_core.procs import pid_alive
+
+__all__ = ["register"]
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    deployment = LocalDeployment(Path(args.state_dir))
+    with console.status("starting NATS, PostgreSQL, the services and a simulated cluster"):
+        state = deployment.up(
+            sim_machines=args.sim_machines,
+            nats_url=args.nats_url,
+            database_url=args.database_url,
+            loadgens=max(1, args.loadgens),
+            sim_speed=args.sim_speed,
+        )
+    speed = f", engines at {args.sim_speed:g}x real time unless a plan says" if args.sim_speed else ""
+    console.print(f"kvbench is up ({args.sim_machines} simulated machines{speed})")
+    console.print(f"  API      {state.api_url}   (OpenAPI: {state.api_url}/openapi.json)")
+    console.print(f"  reports  {state.report_url}/v1/runs/<run_id>/report.html")
+    console.print(f"  logs     {args.state_dir}/logs/   stop with: kvbench down")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stopped = LocalDeployment(Path(args.state_dir)).down()
+    console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = LocalDeployment(Path(args.state_dir)).load()
+    if state is None:
+        console.print(f"kvbench is not up (no state in {args.state_dir})")
+        return 1
+    table = Table(title="kvbench status")
+    for column in ("service", "pid", "process", "health"):
+        table.add_column(column)
+    healthy = True
+    with httpx.Client(timeout=2.0) as client:
+        rows = [("nats", state.nats_pid, None)] + [(s.name, s.pid, s.health_url) for s in state.services]
+        for name, pid, url in rows:
+            alive = bool(pid) and pid_alive(int(pid or 0))
+            health = "–"
+            if url:
+                try:
+                    health = "ok" if client.get(url).status_code == 200 else "failing"
+                except httpx.HTTPError:
+                    health = "unreachable"
+            healthy &= alive and health in ("ok", "–")
+            table.add_row(name, str(pid or "external"), "running" if alive else "[red]stopped[/red]", health)
+        nodes = client.get(f"{state.api_url}/v1/nodes").json() if healthy else []
+    console.print(table)
+    console.print(f"nodes registered: {len(nodes)}; API {state.api_url}; reports {state.report_url}")
+    return 0 if healthy else 1
+
+
+def speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give e.g. 20") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"{value:g} is out of range; give a speed above 0 and at most 1000")
+    return value
+
+
+def register(sub: Any) -> None:
+    up = sub.add_parser("up", help="start embedded servers, every service and a simulated cluster")
+    up.add_argument("--sim-machines", type=int, default=2)
+    up.add_argument("--loadgens", type=int, default=1, help="load generator processes; each job is split among them")
+    up.add_argument(
+        "--sim-speed",
+        type=speed,
+        default=None,
+        help="run simulated engines this many times faster than real time when a plan's cluster.sim sets no speed "
+        "(reports stay in engine seconds)",
+    )
+    up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
+    up.add_argument("--database-url", default=None, help="use this PostgreSQL instead of starting one")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop exactly what `up` started").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="what `up` started, and whether it is healthy").set_defaults(func=cmd_status)

@@ -1,0 +1,140 @@
+"""`kvbench run` (submit a plan, follow it) and `kvbench demo` (up, the demo plan, its report, down)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+from kvbench_cli.api import ApiError, Endpoints, fetch_report, resolve_endpoints
+from kvbench_cli.console import (
+    TERMINAL,
+    console,
+    err_console,
+    interrupt_on_signals,
+    print_comparison,
+    print_refusal,
+)
+from kvbench_cli.deployment import LocalDeployment
+
+__all__ = ["register"]
+
+
+def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[str, dict[str, Any] | None]:
+    with httpx.Client(timeout=30.0) as client:
+        response = client.post(
+            f"{endpoints.api_url}/v1/runs",
+            content=plan_text.encode(),
+            headers={"Content-Type": "application/yaml", **endpoints.headers()},
+        )
+        if response.status_code == 422:
+            body = response.json()
+            if "errors" not in body:  # a framework-level 422, not a plan review
+                raise ApiError(f"submit: HTTP 422: {response.text[:500]}", 422)
+            print_refusal(body)
+            raise SystemExit(2)
+        if response.status_code != 201:
+            raise ApiError(f"submit: HTTP {response.status_code}: {response.text[:300]}", response.status_code)
+        created = response.json()
+        run_id: str = created["run_id"]
+        print_refusal({"warnings": created.get("warnings", [])})
+        console.print(f"run [bold]{run_id}[/bold] submitted: {created['jobs']} job(s)")
+        if not wait:
+            return run_id, None
+        status: dict[str, Any] = {}
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task("starting", total=1.0)
+            while True:
+                status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}").json()
+                running = [j for j in status["jobs"] if j["status"] == "running"]
+                label = (
+                    f"{status['status']} · {running[0]['workload']} (load {running[0]['load_level']:g}, "
+                    f"repeat {running[0]['repeat'] + 1}) · {running[0]['requests']} requests"
+                    if running
+                    else status["status"]
+                )
+                progress.update(task, completed=status["progress"], description=label)
+                if status["status"] in TERMINAL:
+                    break
+                time.sleep(1.0)
+        for reason in status.get("reasons", []):
+            err_console.print(
+                f"[red]{escape(str(reason.get('code')))}[/red]: "
+                f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}"
+            )
+        return run_id, status
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    endpoints = resolve_endpoints(Path(args.state_dir), args.api, args.report_api)
+    plan_text = Path(args.plan).read_text()
+    run_id, status = submit_and_wait(endpoints, plan_text, args.wait)
+    if status is None:
+        return 0
+    report = fetch_report(endpoints, run_id)
+    print_comparison(report)
+    console.print(f"report: {endpoints.report_url}/v1/runs/{run_id}/report.html")
+    return 0 if status["status"] == "succeeded" else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    interrupt_on_signals()
+    out = Path(args.output)
+    deployment = LocalDeployment(Path(args.state_dir) / "demo")
+    if deployment.load() is not None:  # a demo killed before it could clean up
+        deployment.down()
+    plan_text = resources.files("kvbench_cli").joinpath("plans", "demo.yaml").read_text()
+    started = time.monotonic()
+    try:
+        with console.status("starting embedded NATS, PostgreSQL, every service and 2 simulated L40S machines"):
+            state = deployment.up(sim_machines=2, tie_to_parent=True)
+        console.print(f"kvbench is up in {time.monotonic() - started:.1f} s · API {state.api_url}")
+        endpoints = Endpoints(state.api_url, state.report_url, None)
+        run_id, status = submit_and_wait(endpoints, plan_text, wait=True)
+        report = fetch_report(endpoints, run_id)
+        html = fetch_report(endpoints, run_id, html=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+        (out / "report.html").write_text(html)
+        print_comparison(report)
+        console.print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+        return 0 if status and status["status"] == "succeeded" else 1
+    except KeyboardInterrupt:
+        err_console.print("interrupted: stopping everything the demo started")
+        return 130
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not cut the clean-up
+            signal.signal(sig, signal.SIG_IGN)
+        stopped = deployment.down()
+        console.print(f"stopped {len(stopped)} processes · demo took {time.monotonic() - started:.0f} s")
+
+
+def register(sub: Any) -> None:
+    run = sub.add_parser("run", help="submit a plan")
+    run.add_argument("plan")
+    run.add_argument("--wait", action="store_true", help="follow the run and print its summary")
+    add_endpoint_args(run)
+    run.set_defaults(func=cmd_run)
+    demo = sub.add_parser("demo", help="up, run the demo plan, write the report, down")
+    demo.add_argument("--output", default="demo-output")
+    demo.set_defaults(func=cmd_demo)
+
+
+def add_endpoint_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api", default=None, help="planner URL (default: from `up`, or KVBENCH_API_URL)")
+    parser.add_argument("--report-api", default=None, help="reporter URL (default: from `up`, or KVBENCH_REPORT_URL)")

@@ -1,0 +1,132 @@
+"""What the CLI shows a person: the consoles, the report's comparison table, refusals, record figures."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = [
+    "TERMINAL",
+    "console",
+    "err_console",
+    "interrupt_on_signals",
+    "ms",
+    "print_comparison",
+    "print_fabric",
+    "print_figures",
+    "print_refusal",
+]
+
+# logs and CI are not terminals: give tables room instead of rich's 80-column default
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def interrupt_on_signals() -> None:
+    """Ctrl-C, SIGTERM and a closed terminal all end in the same clean-up, even where the parent started us
+    with SIGINT ignored (a background job of a script)."""
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def ms(stats: dict[str, Any] | None, key: str) -> str:
+    value = (stats or {}).get(key)
+    return "–" if value is None else f"{value:,.1f}"
+
+
+def print_comparison(report: dict[str, Any]) -> None:
+    table = Table(title=f"kvbench {report['plan_name']} · run {report['run_id']} · {report['status']}")
+    for column in (
+        "workload",
+        "stack",
+        "verdict",
+        "requests",
+        "measured",
+        "TTFT p50 ms",
+        "TTFT p90 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "output tok/s",
+        "cached prompt tokens",
+    ):
+        table.add_column(column, justify="left" if column in ("workload", "stack", "verdict") else "right")
+    for w in report["workloads"]:
+        ratio = w.get("cache_hit_ratio")
+        table.add_row(
+            w["name"],
+            w["stack"],
+            w["validity"]["verdict"],
+            f"{w['requests']:,}",
+            f"{w['requests_measured']:,}",
+            ms(w["ttft_ms"], "p50"),
+            ms(w["ttft_ms"], "p90"),
+            ms(w["ttft_ms"], "p99"),
+            ms(w["tpot_ms"], "p50"),
+            f"{w['output_tokens_per_s']:,.1f}",
+            f"{w['cached_prompt_tokens']:,}" + (f" ({ratio:.0%})" if ratio is not None else ""),
+        )
+    console.print(table)
+    for w in report["workloads"]:
+        for reason in w["validity"]["reasons"]:
+            console.print(f"  [dim]{w['name']}: {reason}[/dim]")
+    print_fabric(report.get("fabric") or {})
+
+
+def print_fabric(fabric: dict[str, Any]) -> None:
+    """Switches the run's machines are cabled to: read or not, and what their ports carried."""
+    gate = fabric.get("publish_gate") or {}
+    for switch in fabric.get("switches", []):
+        state = "read" if switch["read"] else f"[red]unread[/red] ({escape(str(switch.get('reason')))})"
+        console.print(f"switch {escape(switch['switch'])}: {state}, {switch['reads']} reads around the run")
+        for port in switch.get("ports", []):
+            moved = (port.get("if.in_octets_delta") or 0) + (port.get("if.out_octets_delta") or 0)
+            console.print(
+                f"  {port['port']}: {moved / 1e9:,.2f} GB over {port['window_s']:.0f} s "
+                f"(in {port.get('in_utilization', 0):.2%} / out {port.get('out_utilization', 0):.2%} of line rate)"
+            )
+    if gate and not gate.get("publishable", True):
+        console.print(f"[red]not publishable[/red] [{gate['code']}] {escape(gate['message'])}. {escape(gate['fix'])}")
+
+
+def print_refusal(body: dict[str, Any]) -> None:
+    for entry in body.get("errors", []):
+        where = ".".join(p for p in (entry.get("workload"), entry.get("field")) if p)
+        text = "[{}] {}: {}".format(entry["code"], where, entry["message"])
+        err_console.print("[red]refused[/red] " + escape(text))
+        if entry.get("fix"):
+            err_console.print(f"         fix: {escape(entry['fix'])}")
+    for note in body.get("notes", []):
+        err_console.print("[cyan]note[/cyan] " + escape(str(note)))
+    for entry in body.get("warnings", []):
+        where = ".".join(p for p in (entry.get("workload"), entry.get("field")) if p)
+        text = "[{}] {}: {}".format(entry["code"], where, entry["message"])
+        err_console.print("[yellow]warning[/yellow] " + escape(text))
+
+
+def print_figures(figures: dict[str, Any]) -> None:
+    """The client-side figures of one job as a table (``report analyze`` and ``load``)."""
+    table = Table(
+        title=f"{figures['requests_measured']} of {figures['requests_total']} requests measured over "
+        f"{figures['window_s']:g} s"
+    )
+    for column in ("figure", "mean", "p50", "p90", "p95", "p99"):
+        table.add_column(column)
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        table.add_row(key, *[ms(figures[key], k) for k in ("mean", "p50", "p90", "p95", "p99")])
+    console.print(table)
+    console.print(
+        f"output {figures['output_tokens_per_s']:.1f} tok/s · {figures['request_rate']:.2f} req/s · "
+        f"goodput {figures['goodput_rps']:.2f} req/s · errors {figures['errors']}"
+    )

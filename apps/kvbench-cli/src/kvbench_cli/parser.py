@@ -1,0 +1,22 @@
+"""The `kvbench` command line: the top-level parser and every command group's own module."""
+
+from __future__ import annotations
+
+import argparse
+
+from kvbench_cli.commands import catalog, deploy, grafana, plan, records, report, runs, sim
+from kvbench_cli.load import add_load_parser
+
+__all__ = ["build_parser"]
+
+GROUPS = (deploy, runs, report, records, plan, sim, catalog, grafana)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvbench", description="Benchmark distributed KV-cache strategies")
+    parser.add_argument("--state-dir", default=".kvbench", help="where `up` keeps its pids, logs and data")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        group.register(sub)
+    add_load_parser(sub)
+    return parser
