@@ -1,14 +1,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from kvbench_contracts.commands import StartStack
+from kvbench_contracts.plan import EngineSpec, SimCluster
 from kvbench_core.procs import pid_alive
 from kvbench_node_agent.launchers.base import LaunchError, read_block_size
 from kvbench_node_agent.launchers.sim import SimLauncher, sim_engine_spec
 from kvbench_node_agent.scrape import parse_samples
+
+
+def revised(cmd: StartStack, update: dict[str, Any]) -> StartStack:
+    """The command with some fields replaced, validated as the agent decodes it from the bus."""
+    return StartStack.model_validate({**cmd.model_dump(), **update})
 
 
 def command(stack: str) -> StartStack:
@@ -19,8 +27,8 @@ def command(stack: str) -> StartStack:
         workload="w",
         stack=stack,
         model="Qwen/Qwen3-8B",
-        engine={"tensor_parallel_size": 1},
-        sim={"gpu": "H100", "speed": 2.0},
+        engine=EngineSpec(tensor_parallel_size=1),
+        sim=SimCluster(gpu="H100", speed=2.0),
     )
 
 
@@ -41,10 +49,9 @@ def test_sim_argv_expresses_the_stack() -> None:
         sim_engine_spec(command("vllm-pd-lmcache-store"), 9000)
 
 
-def test_settings_the_contract_refuses_fail_the_launch_at_once() -> None:
-    bad = command("vllm-prefix-gpu").model_copy(update={"sim": {"gpu": "H100", "machines": 0}})
-    with pytest.raises(LaunchError, match="not valid"):
-        sim_engine_spec(bad, 9000)
+def test_settings_the_contract_refuses_never_reach_the_launcher() -> None:
+    with pytest.raises(ValidationError, match="machines"):
+        revised(command("vllm-prefix-gpu"), {"sim": {"gpu": "H100", "machines": 0}})
 
 
 def test_scrape_keeps_engine_series_and_drops_created_and_buckets() -> None:
@@ -84,13 +91,14 @@ async def test_sim_launcher_starts_a_split_stack_behind_its_router(tmp_path: Pat
     through the router is prefilled on one engine and decoded on the other, which counts the transferred KV."""
     import aiohttp  # noqa: PLC0415
 
-    split = command("vllm-pd-nixl").model_copy(
-        update={
+    split = revised(
+        command("vllm-pd-nixl"),
+        {
             "sim": {"gpu": "H100", "speed": 4.0, "machines": 2},
             "sizing": {"prefill_machines": 1},
             "routing": "pd_aware",
             "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
-        }
+        },
     )
     other = await SimLauncher("n1", tmp_path, health_timeout_s=60).start(split)
     assert other.endpoints == []  # the second machine's agent starts nothing
@@ -129,11 +137,12 @@ async def test_engines_of_two_machines_share_the_stacks_store(tmp_path: Path) ->
 
     import aiohttp  # noqa: PLC0415
 
-    shared = command("vllm-lmcache-mooncake").model_copy(
-        update={
+    shared = revised(
+        command("vllm-lmcache-mooncake"),
+        {
             "sim": {"gpu": "H100", "speed": 4.0, "machines": 2},
             "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
-        }
+        },
     )
     second = SimLauncher("n1", tmp_path, health_timeout_s=60)
     first = SimLauncher("n0", tmp_path, health_timeout_s=60)
@@ -198,12 +207,13 @@ async def test_a_restarted_stack_finds_its_file_tiers_records(
     with none."""
     import aiohttp  # noqa: PLC0415
 
-    first = command(stack).model_copy(
-        update={
+    first = revised(
+        command(stack),
+        {
             "sizing": sizing,
             "sim": {"gpu": "H100", "speed": 4.0, "machines": 1},
             "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}],
-        }
+        },
     )
     launcher = SimLauncher("n0", tmp_path, health_timeout_s=60)
     prompt = " ".join(f"doc{i}" for i in range(3000))
@@ -245,11 +255,12 @@ async def test_engines_loading_from_the_store_at_once_share_its_bandwidth(tmp_pa
     import aiohttp  # noqa: PLC0415
 
     names = ["n0", "n1", "n2"]
-    shared = command("vllm-lmcache-valkey").model_copy(
-        update={
+    shared = revised(
+        command("vllm-lmcache-valkey"),
+        {
             "sim": {"gpu": "H100", "speed": 1.0, "machines": 3},
             "pool": [{"name": n, "host": "127.0.0.1", "gpus": 1} for n in names],
-        }
+        },
     )
     launchers = [SimLauncher(n, tmp_path, health_timeout_s=60) for n in names]
     deployments = [await launcher.start(shared) for launcher in launchers]
@@ -308,13 +319,14 @@ def test_every_simulated_stack_has_its_engines_and_tiers(
 ) -> None:
     from kvbench_sim.stacks import layout_for  # noqa: PLC0415
 
-    spec = command(stack).model_copy(
-        update={
+    spec = revised(
+        command(stack),
+        {
             "engine": {"name": engine, "tensor_parallel_size": 1},
             "kv_tier": "nvme" if "disk" in tiers else "gpu",
             "sim": {"gpu": "MI300X" if "mori" in stack else "H100", "machines": 2},
             "sizing": {"prefill_machines": 1, "host_memory_gb": 10, "disk_tier_gb": 50},
-        }
+        },
     )
     engine_spec = sim_engine_spec(spec, 9000, pd_role="decode" if prefill_tiers is not None else None)
     sim = layout_for(engine_spec.workload.model_dump(), engine_spec.cluster.model_dump())
@@ -333,14 +345,15 @@ async def test_an_sglang_split_stack_with_decode_side_offload_is_served(tmp_path
     names, and the prompt's KV counted as moved."""
     import aiohttp  # noqa: PLC0415
 
-    split = command("sglang-pd-decode-offload").model_copy(
-        update={
+    split = revised(
+        command("sglang-pd-decode-offload"),
+        {
             "engine": {"name": "sglang", "tensor_parallel_size": 1},
             "sim": {"gpu": "H100", "speed": 4.0, "machines": 2},
             "sizing": {"prefill_machines": 1, "host_memory_gb": 10},
             "routing": "pd_aware",
             "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
-        }
+        },
     )
     launcher = SimLauncher("n0", tmp_path, health_timeout_s=60)
     deployment = await launcher.start(split)

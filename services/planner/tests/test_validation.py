@@ -134,15 +134,15 @@ def test_a_plan_without_a_sim_speed_takes_the_planners_and_one_with_keeps_its_ow
     unset = Plan.model_validate(plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}))
     sim = sim_cluster(unset.workloads[0], 20.0)
     assert sim is not None
-    assert sim["speed"] == 20.0
-    assert sim["machines"] == 2
-    assert sim_cluster(unset.workloads[0], None) == {**sim, "speed": 1.0}  # unset and no default: real time
+    assert sim.speed == 20.0
+    assert sim.machines == 2
+    assert sim_cluster(unset.workloads[0], None) == sim.model_copy(update={"speed": 1.0})  # no default: real time
     stored = Plan.model_validate(unset.model_dump(mode="json"))  # the run state keeps the plan as JSON
-    assert (sim_cluster(stored.workloads[0], 20.0) or {})["speed"] == 20.0
+    assert getattr(sim_cluster(stored.workloads[0], 20.0), "speed", None) == 20.0
     own = Plan.model_validate(
         plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}, cluster={"sim": {"speed": 4}})
     )
-    assert (sim_cluster(own.workloads[0], 20.0) or {})["speed"] == 4.0
+    assert getattr(sim_cluster(own.workloads[0], 20.0), "speed", None) == 4.0
     real = Plan.model_validate(
         plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}, cluster={"group": "g"})
     )

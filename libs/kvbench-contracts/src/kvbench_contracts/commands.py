@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineEndpoint
+from kvbench_contracts.plan import EngineSpec, NetworkSpec, SimCluster, Sizing, Traffic
 
-__all__ = ["RunLoad", "StartStack", "StopStack"]
+__all__ = ["PoolMachine", "RunLoad", "StartStack", "StopStack"]
+
+
+class PoolMachine(BaseModel):
+    """One machine of a workload's pool, as every agent of the pool renders the stack's recipe for it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    host: str = Field(description="Address the other machines reach it at")
+    gpus: int = Field(ge=0)
+    vendor: str = "nvidia"
 
 
 class StartStack(Envelope):
@@ -22,15 +34,14 @@ class StartStack(Envelope):
     stack: str
     launcher: str = Field("sim", description="sim | process | docker")
     model: str
-    engine: dict[str, Any] = Field(default_factory=dict)
-    sizing: dict[str, Any] = Field(default_factory=dict)
-    sim: dict[str, Any] | None = Field(None, description="Simulated cluster description, for the sim launcher")
+    # the plan's own (validated) models: an incompatible change to one of them is a new schema version
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    sizing: Sizing = Field(default_factory=Sizing)
+    sim: SimCluster | None = Field(None, description="Simulated cluster description, for the sim launcher")
     kv_tier: str = Field("gpu", description="KV Cache Storage Tier")
-    network: dict[str, Any] = Field(default_factory=dict, description="transfer_backend, rdma_device")
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description="transfer_backend, rdma_device")
     routing: str = Field("round_robin", description="Routing policy, for stacks that bring a router")
-    pool: list[dict[str, Any]] = Field(
-        default_factory=list, description="Every machine of the pool in order: {name, host, gpus, vendor}"
-    )
+    pool: list[PoolMachine] = Field(default_factory=list, description="Every machine of the pool, in order")
     hf_token_secret: str | None = Field(None, description="Name of the stored secret with the HF token")
 
 
@@ -50,7 +61,7 @@ class RunLoad(Envelope):
     workload: str
     model: str
     endpoints: list[EngineEndpoint]
-    traffic: dict[str, Any] = Field(description="The workload's traffic section")
+    traffic: Traffic = Field(description="The workload's traffic section")
     load_level: float = Field(description="Users (closed loop) or requests/s")
     duration_s: float
     warmup_s: float

@@ -71,7 +71,7 @@ class JobRunner:
             self._run_of.pop(key, None)
 
     async def _drive(self, cmd: RunLoad, shard: str) -> None:
-        traffic = cmd.traffic
+        traffic = cmd.traffic.model_dump(mode="json")
         arrivals = traffic.get("arrivals") or {}
         mode = str(arrivals.get("mode", "closed_loop"))
         capacity = await pool_kv_capacity_tokens(cmd.endpoints) if cmd.working_set_ratio else None

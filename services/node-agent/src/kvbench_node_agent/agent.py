@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -18,6 +17,7 @@ from kvbench_contracts.commands import StartStack, StopStack
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled, NodeRegistered, StackFailed, StackReady, StackStopped
 from kvbench_contracts.fabric import NicSampled
+from kvbench_contracts.node import Heartbeat
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -73,12 +73,8 @@ class NodeAgent:
 
     async def heartbeat(self) -> None:
         kv = await self.bus.kv("kvbench_nodes")
-        payload = {
-            "inventory": self.inventory.model_dump(),
-            "at": time.time(),
-            "deployments": sorted(self.deployments),
-        }
-        await kv.put(self.node_id, json.dumps(payload).encode())
+        beat = Heartbeat(inventory=self.inventory, at=time.time(), deployments=sorted(self.deployments))
+        await kv.put(self.node_id, beat.model_dump_json().encode())
 
     async def heartbeat_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -130,7 +126,7 @@ class NodeAgent:
         launcher = self.launchers.get(command.launcher)
         if launcher is None:
             raise LaunchError(f"{self.node_id}: launcher {command.launcher!r} is not available; use process or docker")
-        machines = [PoolMachine.model_validate(m) for m in command.pool] or [
+        machines = list(command.pool) or [
             PoolMachine(
                 name=self.node_id,
                 host=self.inventory.address or "127.0.0.1",
@@ -141,10 +137,10 @@ class NodeAgent:
         ctx = RenderContext(
             stack=command.stack,
             model=command.model,
-            engine=EngineSettings.model_validate(command.engine),
+            engine=EngineSettings.model_validate(command.engine.model_dump()),
             kv_tier=command.kv_tier,
-            sizing=command.sizing,
-            network=command.network,
+            sizing=command.sizing.model_dump(mode="json"),
+            network=command.network.model_dump(mode="json"),
             machines=machines,
             routing=command.routing,
         )
@@ -157,7 +153,7 @@ class NodeAgent:
             self.node_id,
             specs,
             command.launcher,
-            command.sizing,
+            command.sizing.model_dump(mode="json"),
             self.inventory.ram_gb,
             command.model,
             has_token=token is not None,

@@ -17,7 +17,7 @@ from typing import Any
 
 import nats.js.errors
 
-from kvbench_contracts.commands import RunLoad, StartStack, StopStack
+from kvbench_contracts.commands import PoolMachine, RunLoad, StartStack, StopStack
 from kvbench_contracts.envelope import Envelope, new_id, utc_now
 from kvbench_contracts.events import (
     EngineEndpoint,
@@ -32,7 +32,7 @@ from kvbench_contracts.events import (
     StackReady,
     StackStopped,
 )
-from kvbench_contracts.plan import Plan, Workload
+from kvbench_contracts.plan import Plan, SimCluster, Workload
 from kvbench_contracts.problem import KvbenchError, Problem
 from kvbench_core.bus import Bus
 from kvbench_planner.cluster import Machine
@@ -60,16 +60,13 @@ NODE_UNRESPONSIVE = Problem(
 )
 
 
-def sim_cluster(workload: Workload, default_speed: float | None) -> dict[str, Any] | None:
+def sim_cluster(workload: Workload, default_speed: float | None) -> SimCluster | None:
     """The workload's simulated cluster as the agents get it: the plan's, with ``default_speed`` (the planner's
     setting) where the plan sets no speed; None for a real cluster."""
     sim = workload.cluster.sim
     if sim is None:
         return None
-    spec = sim.model_dump(mode="json")
-    if spec.get("speed") is None:
-        spec["speed"] = default_speed or 1.0
-    return spec
+    return sim if sim.speed is not None else sim.model_copy(update={"speed": default_speed or 1.0})
 
 
 class RunFailedError(KvbenchError):
@@ -267,20 +264,20 @@ class Conductor:
             log.exception("run failed unexpectedly", extra=ids)
             await self._finish(state, "failed", [Problem(code="internal_error", message=str(exc))])
 
-    def _sim(self, workload: Workload) -> dict[str, Any] | None:
+    def _sim_cluster(self, workload: Workload) -> SimCluster | None:
         return sim_cluster(workload, self.settings.sim_speed)
 
     def _speed(self, workload: Workload) -> float:
         """Engine seconds per wall second of the workload's engines (1 for real ones)."""
-        sim = self._sim(workload)
-        return float(sim["speed"]) if sim is not None else 1.0
+        sim = self._sim_cluster(workload)
+        return sim.speed or 1.0 if sim is not None else 1.0
 
     async def _nodes_for(self, workload: Workload) -> list[dict[str, Any]]:
         """The machines a workload runs on, once their agents are up (waits ``node_wait_s`` for them)."""
         deadline = time.monotonic() + self.settings.node_wait_s
         sim = workload.cluster.sim
         while True:
-            live = {key: beat["inventory"] for key, beat in self.registry.live_nodes().items()}
+            live = {key: beat.inventory.model_dump() for key, beat in self.registry.live_nodes().items()}
             if sim is not None:
                 chosen = sorted((n for n in live.values() if n.get("simulated")), key=lambda n: str(n["node_id"]))
                 if len(chosen) >= sim.machines:
@@ -309,12 +306,12 @@ class Conductor:
         waits: dict[str, asyncio.Future[Envelope]] = {}
         # every agent renders the whole pool's recipe, then starts its own machine's part
         pool = [
-            {
-                "name": str(n["node_id"]),
-                "host": str(n.get("address") or n.get("hostname") or "127.0.0.1"),
-                "gpus": int(workload.sizing.gpus_per_machine or n.get("gpus") or 0),
-                "vendor": str(n.get("vendor") or "nvidia"),
-            }
+            PoolMachine(
+                name=str(n["node_id"]),
+                host=str(n.get("address") or n.get("hostname") or "127.0.0.1"),
+                gpus=int(workload.sizing.gpus_per_machine or n.get("gpus") or 0),
+                vendor=str(n.get("vendor") or "nvidia"),
+            )
             for n in nodes
         ]
         for node in nodes:
@@ -331,11 +328,11 @@ class Conductor:
                     stack=workload.stack,
                     launcher="sim" if workload.cluster.sim else self.settings.launcher,
                     model=workload.model,
-                    engine=workload.engine.model_dump(mode="json"),
-                    sizing=workload.sizing.model_dump(mode="json"),
-                    sim=self._sim(workload),
+                    engine=workload.engine,
+                    sizing=workload.sizing,
+                    sim=self._sim_cluster(workload),
                     kv_tier=workload.kv_tier,
-                    network=workload.network.model_dump(mode="json"),
+                    network=workload.network,
                     routing=workload.measurement.routing,
                     pool=pool,
                     hf_token_secret=workload.hf_token_secret,
@@ -457,7 +454,7 @@ class Conductor:
                         workload=workload.name,
                         model=workload.model,
                         endpoints=endpoints,
-                        traffic=workload.traffic.model_dump(mode="json"),
+                        traffic=workload.traffic,
                         load_level=job.load_level,
                         duration_s=duration,
                         warmup_s=workload.effective_warmup_s(),

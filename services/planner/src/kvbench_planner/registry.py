@@ -8,11 +8,13 @@ Secrets are write-only: the API stores and deletes them and lists their names, n
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from typing import Any
 
 from kvbench_contracts.fabric import SwitchConfig
+from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.streams import BUCKETS
 from kvbench_core.bus import Bus
 from kvbench_core.kvmirror import KvMirror
@@ -22,6 +24,8 @@ __all__ = ["NAME_PATTERN", "Registry"]
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NODE_TTL_S = next(b.ttl_s for b in BUCKETS if b.name == "kvbench_nodes") or 15.0
+
+log = logging.getLogger("kvbench_planner")
 
 
 class Registry:
@@ -38,13 +42,17 @@ class Registry:
         for mirror in self._mirrors.values():
             await mirror.stop()
 
-    def live_nodes(self) -> dict[str, dict[str, Any]]:
+    def live_nodes(self) -> dict[str, Heartbeat]:
         """Heartbeats younger than the bucket's TTL (expiry leaves no marker for a watcher to see)."""
         now = time.time()
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, Heartbeat] = {}
         for key, value in self._mirrors["kvbench_nodes"].snapshot().items():
-            beat = json.loads(value)
-            if now - float(beat.get("at", 0)) <= _NODE_TTL_S:
+            try:
+                beat = Heartbeat.model_validate_json(value)
+            except ValueError:
+                log.warning("an unreadable heartbeat in kvbench_nodes", extra={"node_id": key})
+                continue
+            if now - beat.at <= _NODE_TTL_S:
                 out[key] = beat
         return dict(sorted(out.items()))
 

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvbench_contracts.commands import PoolMachine
+
 __all__ = ["EngineSettings", "PoolMachine", "ProcessSpec", "RenderContext"]
 
 Role = Literal["engine", "prefill", "decode", "router", "store", "master", "lmcache"]
@@ -26,15 +28,6 @@ class ProcessSpec(BaseModel):
     binary: str = Field(description="Executable that must exist for the process launcher")
     image: str | None = Field(None, description="Container image for the docker launcher")
     serves_requests: bool = Field(False, description="Load generators send requests here")
-
-
-class PoolMachine(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    host: str = Field(description="Address the other machines reach it at")
-    gpus: int = Field(ge=0)
-    vendor: str = "nvidia"
 
 
 class EngineSettings(BaseModel):

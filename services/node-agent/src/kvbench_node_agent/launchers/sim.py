@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
@@ -46,13 +46,9 @@ def sim_workload(command: StartStack) -> tuple[SimWorkload, SimCluster]:
     if command.stack not in SIMULATED_STACKS:
         known = ", ".join(SIMULATED_STACKS)
         raise LaunchError(f"stack {command.stack} has no simulated server form; simulated stacks: {known}")
-    try:
-        workload = SimWorkload(stack=command.stack, model=command.model, engine=command.engine or {},  # type: ignore[arg-type]
-                               sizing=command.sizing, kv_tier=command.kv_tier)  # type: ignore[arg-type]  # fmt: skip
-        cluster = SimCluster.model_validate(command.sim or {})
-    except ValidationError as exc:
-        raise LaunchError(f"the simulated stack's settings are not valid: {exc}") from None
-    return workload, cluster
+    workload = SimWorkload(stack=command.stack, model=command.model, engine=command.engine, sizing=command.sizing,
+                           kv_tier=command.kv_tier)  # fmt: skip
+    return workload, command.sim or SimCluster()
 
 
 def sim_engine_spec(
@@ -69,7 +65,7 @@ def sim_engine_spec(
 
 def store_port(command: StartStack) -> int:
     """The shared store's port, the same on every machine of the pool (each agent works it out on its own)."""
-    key = f"{command.run_id}/{command.workload}/{command.stack}/" + ",".join(str(p.get("name")) for p in command.pool)
+    key = f"{command.run_id}/{command.workload}/{command.stack}/" + ",".join(p.name for p in command.pool)
     return 20000 + int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % 10000
 
 
@@ -130,7 +126,7 @@ class SimLauncher:
             return None
         port = store_port(command)
         url = f"ws://127.0.0.1:{port}/ws"
-        if command.pool and command.pool[0].get("name") != self._node_id:
+        if command.pool and command.pool[0].name != self._node_id:
             return url
         workload, cluster = sim_workload(command)
         mount = None
@@ -149,7 +145,7 @@ class SimLauncher:
         """P/D: the pool's first machine runs every prefill and decode engine of the simulated cluster and the
         router; the other machines' agents start nothing (their share runs there)."""
         deployment = self._deployment(command)
-        head = not command.pool or command.pool[0].get("name") == self._node_id
+        head = not command.pool or command.pool[0].name == self._node_id
         if not head:
             deployment.facts["note"] = "split stack: its engines and router run on the pool's first machine"
             return deployment

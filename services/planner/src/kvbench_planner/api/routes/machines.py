@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Response
 
+from kvbench_contracts.node import Heartbeat
 from kvbench_planner.api.deps import RegistryDep, authorized, refusal
 from kvbench_planner.api.openapi import UNKNOWN_NODES
 from kvbench_planner.api.schemas import ClusterGroupCreated, ClusterGroupIn, ClusterGroupOut, GroupMachine
@@ -14,7 +13,7 @@ router = APIRouter()
 
 
 @router.get("/v1/nodes", tags=["nodes"])
-async def nodes(machines: RegistryDep) -> list[dict[str, Any]]:
+async def nodes(machines: RegistryDep) -> list[Heartbeat]:
     """Machines whose agent is heartbeating now, with their inventory."""
     return list(machines.live_nodes().values())
 
