@@ -64,5 +64,6 @@ status: env ## Show what `make up` started and whether it is healthy
 bench: env ## Run the benchmarks in benchmarks/ (they print their figures)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-clean: ## Remove the environment and local state
+clean: ## Remove the environment and local state, with every earlier run's results
+	@if [ -x $(KVBENCH) ]; then $(KVBENCH) down --wipe >/dev/null 2>&1 || true; fi
 	rm -rf $(VENV) $(UVBOOT) .kvbench demo-output .pytest_cache .mypy_cache .ruff_cache

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import sys
 import time
@@ -105,7 +106,7 @@ class LocalDeployment:
                 state.nats_url, state.nats_pid = nats.url, nats.pid
                 state.save(self.state_path)
             if not database_url:
-                pg = EmbeddedPostgres.in_temp_dir()
+                pg = EmbeddedPostgres.kept_in(self.state_dir)
                 state.pg_dir = str(pg.base_dir)
                 state.save(self.state_path)
                 pg.start()
@@ -254,10 +255,13 @@ class LocalDeployment:
                     )
                 time.sleep(0.1)
 
-    def down(self) -> list[str]:
-        """Stop exactly what ``up`` started; returns what was stopped."""
+    def down(self, wipe: bool = False) -> list[str]:
+        """Stop exactly what ``up`` started; returns what was stopped. The results (PostgreSQL's data and NATS's
+        streams) stay for the next ``up`` unless ``wipe``."""
         state = self.load()
         if state is None:
+            if wipe:
+                self._wipe(None)
             return []
         stopped: list[str] = []
         if state.sim_switch:  # disconnect it first, so no poller keeps reading a switch that is gone
@@ -272,8 +276,15 @@ class LocalDeployment:
             stop_pid(state.nats_pid, timeout_s=15)
             stopped.append("nats")
         if state.pg_dir:
-            pg = EmbeddedPostgres(Path(state.pg_dir))
-            pg.stop(remove=True)
+            # the results stay: the next `up` serves every earlier run's report (`make clean` removes them)
+            EmbeddedPostgres(Path(state.pg_dir)).stop(remove=False)
             stopped.append("postgresql")
         self.state_path.unlink(missing_ok=True)
+        if wipe:
+            self._wipe(state.pg_dir)
         return stopped
+
+    def _wipe(self, pg_dir: str | None) -> None:
+        """Every result of earlier runs: the database (wherever it was kept) and the bus's stored streams."""
+        shutil.rmtree(pg_dir or EmbeddedPostgres.kept_in(self.state_dir).base_dir, ignore_errors=True)
+        shutil.rmtree(self.state_dir / "nats", ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
@@ -102,6 +103,17 @@ class EmbeddedNats:
             self.pid = None
 
 
+SYSTEM_DATA_DIR = Path("/var/lib/kvbench")  # root's kept databases, when the state directory is private
+
+
+def _reachable_by_postgres(directory: Path) -> bool:
+    """Whether the postgres user can enter ``directory`` (run as root, the server drops to that user)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = subprocess.run(_as_postgres(["test", "-x", str(directory), "-a", "-r", str(directory)]), check=False,
+                           capture_output=True)  # fmt: skip
+    return probe.returncode == 0
+
+
 def _as_postgres(cmd: list[str]) -> list[str]:
     if os.geteuid() == 0:
         return ["runuser", "-u", "postgres", "--", *cmd]
@@ -110,9 +122,13 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 
 @dataclass
 class EmbeddedPostgres:
+    """A PostgreSQL server in ``base_dir``. ``durable`` (what `kvbench up` runs): every commit reaches the disk, so
+    a killed server loses nothing it acknowledged; not durable (the test fixtures): fsync off, for speed."""
+
     base_dir: Path
     port: int = 0
     started: bool = False
+    durable: bool = True
 
     @property
     def data_dir(self) -> Path:
@@ -123,9 +139,20 @@ class EmbeddedPostgres:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     @classmethod
-    def in_temp_dir(cls) -> EmbeddedPostgres:
+    def in_temp_dir(cls, durable: bool = False) -> EmbeddedPostgres:
         # under /tmp so the postgres user can reach it whatever the checkout's permissions are
-        return cls(Path(tempfile.mkdtemp(prefix="kvbench-pg-")))
+        return cls(Path(tempfile.mkdtemp(prefix="kvbench-pg-")), durable=durable)
+
+    @classmethod
+    def kept_in(cls, state_dir: Path) -> EmbeddedPostgres:
+        """A durable server whose data outlives `kvbench down`: under the state directory when the server's user
+        can reach it there, else (run as root from a private directory) under /var/lib/kvbench, in a directory named
+        after the state directory (never a world-writable place: nobody else can plant it)."""
+        here = state_dir.resolve() / "postgres"
+        if os.geteuid() != 0 or _reachable_by_postgres(here.parent):
+            return cls(here)
+        digest = hashlib.blake2b(str(here).encode(), digest_size=6).hexdigest()
+        return cls(SYSTEM_DATA_DIR / f"pg-{digest}")
 
     def start(self) -> EmbeddedPostgres:
         bin_dir = find_pg_bin()
@@ -152,10 +179,8 @@ class EmbeddedPostgres:
                 check=True,
                 capture_output=True,
             )
-        options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.base_dir} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
-        )
+        fast = "" if self.durable else "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.base_dir} {fast}-c max_connections=200"
         result = subprocess.run(
             _as_postgres(
                 [

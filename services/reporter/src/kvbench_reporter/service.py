@@ -197,7 +197,14 @@ class Reporter:
     async def _not_ready(self, run_id: str) -> web.Response:
         run = await self.store.run(run_id)
         if run is None:
-            return web.json_response({"detail": f"no run {run_id} (yet)"}, status=404)
+            return web.json_response(
+                {
+                    "detail": f"no run {run_id} in this reporter's database: a run submitted a moment ago shows up "
+                    "within seconds; an id from another deployment, or one whose results were wiped "
+                    "(`kvbench down --wipe`, `make clean`), never will"
+                },
+                status=404,
+            )
         if run_id in self._finalizing:
             return web.json_response({"detail": f"run {run_id} ended; its report is being built"}, status=409)
         return web.json_response(

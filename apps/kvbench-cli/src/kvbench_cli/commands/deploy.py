@@ -37,8 +37,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    stopped = LocalDeployment(Path(args.state_dir)).down()
+    stopped = LocalDeployment(Path(args.state_dir)).down(wipe=args.wipe)
     console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    if args.wipe:
+        console.print("deleted the results of every earlier run (database and bus)")
     return 0
 
 
@@ -93,5 +95,7 @@ def register(sub: Any) -> None:
     up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
     up.add_argument("--database-url", default=None, help="use this PostgreSQL instead of starting one")
     up.set_defaults(func=cmd_up)
-    sub.add_parser("down", help="stop exactly what `up` started").set_defaults(func=cmd_down)
+    down = sub.add_parser("down", help="stop exactly what `up` started (earlier runs' results stay)")
+    down.add_argument("--wipe", action="store_true", help="also delete every earlier run's results (database, bus)")
+    down.set_defaults(func=cmd_down)
     sub.add_parser("status", help="what `up` started, and whether it is healthy").set_defaults(func=cmd_status)

@@ -97,7 +97,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.output)
     deployment = LocalDeployment(Path(args.state_dir) / "demo")
     if deployment.load() is not None:  # a demo killed before it could clean up
-        deployment.down()
+        deployment.down(wipe=True)
     plan_text = resources.files("kvbench_cli").joinpath("plans", "demo.yaml").read_text()
     started = time.monotonic()
     try:
@@ -120,7 +120,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not cut the clean-up
             signal.signal(sig, signal.SIG_IGN)
-        stopped = deployment.down()
+        stopped = deployment.down(wipe=True)  # the demo's results are its files in --output
         console.print(f"stopped {len(stopped)} processes · demo took {time.monotonic() - started:.0f} s")
 
 
