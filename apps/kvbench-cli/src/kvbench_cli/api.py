@@ -37,7 +37,10 @@ def resolve_endpoints(state_dir: Path, api: str | None, report: str | None) -> E
     report_url = report or os.environ.get("KVBENCH_REPORT_URL") or (state.report_url if state else None)
     if not api_url or not report_url:
         raise ApiError("no kvbench to talk to: run `kvbench up` (or `make up`), or pass --api and --report-api")
-    return Endpoints(api_url, report_url, os.environ.get("KVBENCH_API_TOKEN"))
+    token = os.environ.get("KVBENCH_API_TOKEN")
+    if token is None and state is not None and state.api_token_file and not api:
+        token = Path(state.api_token_file).read_text(encoding="utf-8").strip()  # `up --listen` made one
+    return Endpoints(api_url, report_url, token)
 
 
 def fetch_report(endpoints: Endpoints, run_id: str, html: bool = False, wait_s: float = 120.0) -> Any:

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,10 @@ class DeploymentState:
     sim_machines: int = 0
     base_env: dict[str, str] = field(default_factory=dict)
     sim_switch: str | None = None  # the simulated leaf this deployment connected (disconnected by down)
+    listen: str | None = None  # the address other machines reach the control plane at (--listen)
+    nats_token_file: str | None = None  # the bus's token (mode 600); agents get a copy
+    api_token_file: str | None = None  # the API's bearer token (mode 600), with --listen
+    notes: list[str] = field(default_factory=list)  # what up decided that a person should know (ports moved)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +72,12 @@ class DeploymentState:
 
 
 SIM_SWITCH = "sim-leaf"
+# the control plane's ports with --listen: the compose stack's, so agents' settings do not depend on how it runs
+DEFAULT_PORTS = {"nats": 4222, "planner": 8700, "reporter": 8701}
+
+
+def read_secret(path: Path) -> str:
+    return path.read_text(encoding="utf-8").strip()
 
 
 class LocalDeployment:
@@ -88,6 +99,7 @@ class LocalDeployment:
         say: object = None,
         loadgens: int = 1,
         sim_speed: float | None = None,
+        listen: str | None = None,
     ) -> DeploymentState:
         if self.load() is not None:
             raise StartupError(f"kvbench is already up (state in {self.state_path}); run `kvbench down` first")
@@ -99,28 +111,45 @@ class LocalDeployment:
             api_url="",
             report_url="",
             sim_machines=sim_machines,
+            listen=listen,
         )
+        host = listen or "127.0.0.1"
         try:
             if not nats_url:
-                nats = EmbeddedNats(self.state_dir / "nats").start()
+                # the bus always wants a token (kept across up and down, so agents keep theirs)
+                token_file = self._secret_file("nats-token")
+                state.nats_token_file = str(token_file)
+                port = self._port(state, "NATS", host, DEFAULT_PORTS["nats"] if listen else 0)
+                nats = EmbeddedNats(self.state_dir / "nats", port=port, listen=host, token=read_secret(token_file))
+                nats.start()
                 state.nats_url, state.nats_pid = nats.url, nats.pid
                 state.save(self.state_path)
+            if listen:
+                state.api_token_file = str(self._secret_file("api-token"))
             if not database_url:
                 pg = EmbeddedPostgres.kept_in(self.state_dir)
                 state.pg_dir = str(pg.base_dir)
                 state.save(self.state_path)
                 pg.start()
                 state.database_url = pg.dsn
-            planner_port, reporter_port = free_port(), free_port()
-            state.api_url = f"http://127.0.0.1:{planner_port}"
-            state.report_url = f"http://127.0.0.1:{reporter_port}"
+            planner_port = self._port(state, "the planner", host, DEFAULT_PORTS["planner"] if listen else 0)
+            reporter_port = self._port(state, "the reporter", host, DEFAULT_PORTS["reporter"] if listen else 0)
+            state.api_url = f"http://{host}:{planner_port}"
+            state.report_url = f"http://{host}:{reporter_port}"
+            # secrets travel as the paths of files only their owner reads, never as values in an environment
             state.base_env = {
                 "KVBENCH_NATS_URL": state.nats_url,
                 "KVBENCH_DATABASE_URL": state.database_url,
                 "KVBENCH_LOG_JSON": "true",
+                "KVBENCH_PLANNER_HOST": host,
                 "KVBENCH_PLANNER_PORT": str(planner_port),
+                "KVBENCH_REPORTER_HOST": host,
                 "KVBENCH_REPORTER_PORT": str(reporter_port),
             }
+            if state.nats_token_file:
+                state.base_env["KVBENCH_NATS_TOKEN_FILE"] = state.nats_token_file
+            if state.api_token_file:
+                state.base_env["KVBENCH_API_TOKEN_FILE"] = state.api_token_file
             env = self._env(state)
 
             def start(name: str, module: str, health: str | None, extra: dict[str, str] | None = None) -> None:
@@ -179,6 +208,32 @@ class LocalDeployment:
             raise
         return state
 
+    def _secret_file(self, name: str) -> Path:
+        """A generated secret kept in the state directory, readable by its owner only; the same across restarts."""
+        directory = self.state_dir / "secrets"
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        path = directory / name
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(32) + "\n")
+        path.chmod(0o600)
+        return path
+
+    @staticmethod
+    def _port(state: DeploymentState, what: str, host: str, wanted: int) -> int:
+        """``wanted`` (a documented default) when it is free on ``host``, else a free one, and a note saying so."""
+        if not wanted:
+            return free_port(host)
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((host, wanted))
+        except OSError:
+            chosen = free_port(host)
+            state.notes.append(f"port {wanted} for {what} is busy on {host}; {what} listens on {chosen} instead")
+            return chosen
+        return wanted
+
     @staticmethod
     def _connect_switch(state: DeploymentState, port: int, community: str) -> None:
         """Register the simulated switch with the planner, as a user connects a real one (the community is stored
@@ -190,8 +245,9 @@ class LocalDeployment:
             "snmp_version": "2c",
             "credential": community,
         }
+        headers = {"Authorization": f"Bearer {read_secret(Path(state.api_token_file))}"} if state.api_token_file else {}
         with httpx.Client(timeout=10.0) as client:
-            response = client.post(f"{state.api_url}/v1/switches", json=body)
+            response = client.post(f"{state.api_url}/v1/switches", json=body, headers=headers)
         if response.status_code != 201:
             raise StartupError(f"could not connect the simulated switch: HTTP {response.status_code}")
 
@@ -265,8 +321,10 @@ class LocalDeployment:
             return []
         stopped: list[str] = []
         if state.sim_switch:  # disconnect it first, so no poller keeps reading a switch that is gone
-            with contextlib.suppress(httpx.HTTPError), httpx.Client(timeout=5.0) as client:
-                client.delete(f"{state.api_url}/v1/switches/{state.sim_switch}")
+            token = read_secret(Path(state.api_token_file)) if state.api_token_file else None
+            with contextlib.suppress(httpx.HTTPError, OSError), httpx.Client(timeout=5.0) as client:
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                client.delete(f"{state.api_url}/v1/switches/{state.sim_switch}", headers=headers)
         agents_first = sorted(state.services, key=lambda s: (not s.name.startswith("node-agent"), s.name == "reporter"))
         for service in agents_first:
             if pid_alive(service.pid):

@@ -55,6 +55,23 @@ Handler = Callable[[Envelope], Awaitable[None]]
 BatchHandler = Callable[[list[Envelope]], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class NatsAuth:
+    """How a service proves who it is to the bus: a shared token, or a NATS credentials file (nkey and JWT).
+    Neither ever goes on a command line or into a log."""
+
+    token: str | None = field(default=None, repr=False)
+    creds_file: str | None = None
+
+    def connect_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.token:
+            options["token"] = self.token
+        if self.creds_file:
+            options["user_credentials"] = self.creds_file
+        return options
+
+
 class BusMetrics:
     def __init__(self, service: str, registry: CollectorRegistry) -> None:
         self.published = Counter(
@@ -114,9 +131,16 @@ class Bus:
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, url: str, *, name: str, registry: CollectorRegistry | None = None, service: str | None = None
+        cls,
+        url: str,
+        *,
+        name: str,
+        registry: CollectorRegistry | None = None,
+        service: str | None = None,
+        auth: NatsAuth | None = None,
     ) -> AsyncIterator[Bus]:
-        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5)
+        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5,
+                                **(auth or NatsAuth()).connect_options())  # fmt: skip
         metrics = BusMetrics(service or name, registry) if registry is not None else None
         bus = cls(nc, nc.jetstream(), metrics)
         try:

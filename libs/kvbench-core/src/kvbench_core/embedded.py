@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvbench_core.procs import free_port, stop_pid, wait_port
@@ -64,14 +65,32 @@ def find_pg_bin() -> Path:
 
 @dataclass
 class EmbeddedNats:
+    """A NATS server with JetStream file storage in ``data_dir``. ``listen`` is the address it binds (loopback
+    unless other machines must reach it); with ``token`` every client must present it. The settings go in a
+    config file only its owner can read, never on the command line."""
+
     data_dir: Path
     port: int = 0
     pid: int | None = None
     log_path: Path | None = None
+    listen: str = "127.0.0.1"
+    token: str | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        host = "127.0.0.1" if self.listen in ("0.0.0.0", "::") else self.listen  # noqa: S104 (a bind, not a target)
+        return f"nats://{host}:{self.port}"
+
+    def _config(self) -> Path:
+        config = self.data_dir / "nats.conf"
+        lines = [f"listen: {json.dumps(f'{self.listen}:{self.port}')}",
+                 f"jetstream {{ store_dir: {json.dumps(str(self.data_dir))} }}"]  # fmt: skip
+        if self.token:
+            lines.append(f"authorization {{ token: {json.dumps(self.token)} }}")
+        config.touch(mode=0o600)
+        config.chmod(0o600)
+        config.write_text("\n".join(lines) + "\n")
+        return config
 
     def start(self) -> EmbeddedNats:
         self.port = self.port or free_port()
@@ -79,22 +98,13 @@ class EmbeddedNats:
         self.log_path = self.data_dir / "nats.log"
         with open(self.log_path, "ab") as log_file:
             proc = subprocess.Popen(
-                [
-                    find_nats_server(),
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "-js",
-                    "-sd",
-                    str(self.data_dir),
-                ],
+                [find_nats_server(), "-c", str(self._config())],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.pid = proc.pid
-        wait_port(self.port)
+        wait_port(self.port, host=self.url.split("//")[1].rsplit(":", 1)[0])
         return self
 
     def stop(self) -> None:

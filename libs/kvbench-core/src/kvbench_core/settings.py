@@ -7,12 +7,15 @@ service's prefix, so one environment file configures a whole deployment.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ServiceSettings", "load_settings"]
+from kvbench_core.bus import NatsAuth
+
+__all__ = ["ServiceSettings", "load_settings", "read_secret_file"]
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -25,6 +28,31 @@ class ServiceSettings(BaseSettings):
         "INFO", validation_alias="KVBENCH_LOG_LEVEL", description="Log level"
     )
     log_json: bool = Field(True, validation_alias="KVBENCH_LOG_JSON", description="Structured JSON logs")
+    nats_token: SecretStr | None = Field(
+        None, validation_alias="KVBENCH_NATS_TOKEN", description="The bus's shared token (kvbench up sets it)"
+    )
+    nats_token_file: str | None = Field(
+        None,
+        validation_alias="KVBENCH_NATS_TOKEN_FILE",
+        description="A file (mode 600) holding the bus's token: what `kvbench up` writes and agents are given",
+    )
+    nats_creds: str | None = Field(
+        None, validation_alias="KVBENCH_NATS_CREDS", description="A NATS credentials file (nkey and JWT) for the bus"
+    )
+
+    @field_validator("nats_token_file")
+    @classmethod
+    def _token_file(cls, value: str | None) -> str | None:
+        if value is not None and not _readable(Path(value)):
+            raise ValueError(f"cannot read the bus token file {value}; copy it from the control machine (mode 600)")
+        return value
+
+    @field_validator("nats_creds")
+    @classmethod
+    def _creds_file(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"KVBENCH_NATS_CREDS: no credentials file at {value}; give the path of a .creds file")
+        return value
 
     @field_validator("nats_url")
     @classmethod
@@ -32,6 +60,24 @@ class ServiceSettings(BaseSettings):
         if not value.startswith(("nats://", "tls://", "ws://", "wss://")):
             raise ValueError("KVBENCH_NATS_URL must start with nats://, tls://, ws:// or wss://")
         return value
+
+    def nats_auth(self) -> NatsAuth:
+        token = self.nats_token.get_secret_value() if self.nats_token else None
+        if token is None and self.nats_token_file:
+            token = read_secret_file(Path(self.nats_token_file))
+        return NatsAuth(token, self.nats_creds)
+
+
+def read_secret_file(path: Path) -> str:
+    """A secret kept in a file (a token), without its trailing newline."""
+    return path.read_text(encoding="utf-8").strip()
+
+
+def _readable(path: Path) -> bool:
+    try:
+        return bool(read_secret_file(path))
+    except OSError:
+        return False
 
 
 def load_settings(cls: type[S]) -> S:

@@ -27,7 +27,13 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
     active = Gauge(metric_name("loadgen", "active_jobs", "count"), "Jobs running", registry=registry)
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(
-            Bus.connect(settings.nats_url, name=f"loadgen-{settings.shard_id}", registry=registry, service="loadgen")
+            Bus.connect(
+                settings.nats_url,
+                name=f"loadgen-{settings.shard_id}",
+                registry=registry,
+                service="loadgen",
+                auth=settings.nats_auth(),
+            )
         )
         await stack.enter_async_context(ops_server(registry, settings.ops_port))
         runner = JobRunner(bus, settings)

@@ -254,6 +254,7 @@ async def run(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
                 name=f"node-agent-{settings.node_id}",
                 registry=registry,
                 service="node_agent",
+                auth=settings.nats_auth(),
             )
         )
         agent = NodeAgent(settings, bus, registry)

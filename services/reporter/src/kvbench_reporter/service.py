@@ -223,7 +223,9 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
         store = await Store.open(settings.database_url)
         stack.push_async_callback(store.close)
         bus = await stack.enter_async_context(
-            Bus.connect(settings.nats_url, name="reporter", registry=registry, service="reporter")
+            Bus.connect(
+                settings.nats_url, name="reporter", registry=registry, service="reporter", auth=settings.nats_auth()
+            )
         )
         reporter = Reporter(store, settings, registry)
         reporter.switches = await KvMirror(await bus.kv("kvbench_switches"), "kvbench_switches").start()

@@ -14,12 +14,14 @@ import argparse
 import asyncio
 import bisect
 import logging
+import os
 import re
 import signal
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyasn1.codec.ber import decoder, encoder
@@ -172,6 +174,12 @@ class SnmpV2cResponder(asyncio.DatagramProtocol):
         return encoded
 
 
+def _bus_token() -> str | None:
+    """The bus's token: a file path in the environment (KVBENCH_NATS_TOKEN_FILE), as for every service."""
+    token_file = os.environ.get("KVBENCH_NATS_TOKEN_FILE")
+    return Path(token_file).read_text(encoding="utf-8").strip() if token_file else None
+
+
 async def _run(args: argparse.Namespace, stop: asyncio.Event) -> None:
     import nats  # noqa: PLC0415
 
@@ -182,7 +190,8 @@ async def _run(args: argparse.Namespace, stop: asyncio.Event) -> None:
     transport, _ = await loop.create_datagram_endpoint(
         lambda: SnmpV2cResponder(args.community, switch.table), local_addr=(args.host, args.port)
     )
-    nc = await nats.connect(args.nats_url, name=f"sim-switch-{args.name}")
+    token = _bus_token()
+    nc = await nats.connect(args.nats_url, name=f"sim-switch-{args.name}", **({"token": token} if token else {}))
 
     async def on_sample(msg: Any) -> None:
         try:

@@ -40,7 +40,13 @@ async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
     connected = Gauge(metric_name("switch_poller", "switches_connected", "count"), "Switches polled", registry=registry)
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(
-            Bus.connect(settings.nats_url, name="switch-poller", registry=registry, service="switch_poller")
+            Bus.connect(
+                settings.nats_url,
+                name="switch-poller",
+                registry=registry,
+                service="switch_poller",
+                auth=settings.nats_auth(),
+            )
         )
 
         async def healthy() -> bool:

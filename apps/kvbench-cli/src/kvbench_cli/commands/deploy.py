@@ -27,13 +27,31 @@ def cmd_up(args: argparse.Namespace) -> int:
             database_url=args.database_url,
             loadgens=max(1, args.loadgens),
             sim_speed=args.sim_speed,
+            listen=args.listen,
         )
     speed = f", engines at {args.sim_speed:g}x real time unless a plan says" if args.sim_speed else ""
     console.print(f"kvbench is up ({args.sim_machines} simulated machines{speed})")
     console.print(f"  API      {state.api_url}   (OpenAPI: {state.api_url}/openapi.json)")
     console.print(f"  reports  {state.report_url}/v1/runs/<run_id>/report.html")
+    console.print(f"  bus      {state.nats_url}" + ("   (token required)" if state.nats_token_file else ""))
     console.print(f"  logs     {args.state_dir}/logs/   stop with: kvbench down")
+    for note in state.notes:
+        console.print(f"  [yellow]note[/yellow] {note}")
+    if args.listen:
+        print_agent_line(state)
     return 0
+
+
+def print_agent_line(state: Any) -> None:
+    """What to run on each GPU machine so its agent joins this control plane (docs/cluster.md)."""
+    console.print("\nOn each GPU machine (docs/cluster.md): copy the bus token there, readable by root only:")
+    console.print(f"  scp {state.nats_token_file} root@GPU-HOST:/etc/kvbench/nats-token   # then chmod 600 it")
+    console.print("and start its agent (it keeps running after you log out; or install deploy/systemd/):")
+    console.print(
+        f"  kvbench-agent --nats {state.nats_url} --nats-token-file /etc/kvbench/nats-token "
+        "--group lab --node-id $(hostname -s) --detach"
+    )
+    console.print(f"API token for the CLI elsewhere: KVBENCH_API_TOKEN from {state.api_token_file}")
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -94,6 +112,13 @@ def register(sub: Any) -> None:
     )
     up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
     up.add_argument("--database-url", default=None, help="use this PostgreSQL instead of starting one")
+    up.add_argument(
+        "--listen",
+        metavar="ADDR",
+        default=None,
+        help="serve NATS (4222), the planner (8700) and the reporter (8701) on ADDR, where GPU machines' agents "
+        "reach them, with a bus token and an API token (default: loopback only)",
+    )
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop exactly what `up` started (earlier runs' results stay)")
     down.add_argument("--wipe", action="store_true", help="also delete every earlier run's results (database, bus)")

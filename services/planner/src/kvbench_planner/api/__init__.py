@@ -33,12 +33,14 @@ def create_app(settings: PlannerSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if settings.api_token is None:
+        if settings.bearer_token() is None:
             log.warning(
-                "API authentication is disabled (KVBENCH_PLANNER_API_TOKEN is unset); "
+                "API authentication is disabled (KVBENCH_API_TOKEN is unset); "
                 "fine for the embedded demo, not for a shared lab"
             )
-        async with Bus.connect(settings.nats_url, name="planner", registry=metrics.registry, service="planner") as bus:
+        async with Bus.connect(
+            settings.nats_url, name="planner", registry=metrics.registry, service="planner", auth=settings.nats_auth()
+        ) as bus:
             registry = await Registry(bus).start()
             conductor = Conductor(bus, settings, registry)
             app.state.conductor, app.state.bus, app.state.registry = conductor, bus, registry

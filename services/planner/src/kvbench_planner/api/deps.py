@@ -88,10 +88,12 @@ def require_token(
     settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
     """Mutating endpoints need the bearer token from settings (when one is set)."""
-    if settings.api_token is None:
+    expected = settings.bearer_token()
+    if expected is None:
         return
-    expected = settings.api_token.get_secret_value()
-    if credentials is None or not secrets.compare_digest(credentials.credentials, expected):
+    # as bytes: compare_digest refuses non-ASCII str, and a token a client sends may be anything
+    given = credentials.credentials.encode("utf-8", "surrogateescape") if credentials else b""
+    if credentials is None or not secrets.compare_digest(given, expected.encode("utf-8")):
         raise HTTPException(status_code=401, detail="a valid bearer token is required (Authorization: Bearer ...)")
 
 
