@@ -15,7 +15,12 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if getattr(args, "passes_unknown_arguments", False):
+        args.agent_args = unknown
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code = args.func(args)
     except (ApiError, StartupError) as exc:

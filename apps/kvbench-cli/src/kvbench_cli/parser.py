@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from kvbench_cli.commands import catalog, deploy, grafana, plan, records, report, runs, sim
+from kvbench_cli.commands import agent, catalog, deploy, grafana, plan, records, report, runs, sim
 from kvbench_cli.load import add_load_parser
 
 __all__ = ["build_parser"]
 
-GROUPS = (deploy, runs, report, records, plan, sim, catalog, grafana)
+GROUPS = (deploy, runs, report, records, plan, sim, catalog, grafana, agent)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,9 @@ class NodeAgentSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="KVBENCH_NODE_AGENT_", extra="ignore", frozen=True)
 
     node_id: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="Stable id of this machine")
-    group: str | None = Field(None, description="Cluster group this machine registers into")
+    group: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9-]{0,62}$", description="Cluster group this machine registers into"
+    )
     simulated: bool = Field(False, description="This agent is one machine of a simulated cluster")
     sim_switch: str | None = Field(None, description="Simulated machines: the simulated leaf switch they are cabled to")
     ops_port: int = Field(0, ge=0, le=65535, description="Port of /healthz and /metrics (0 = any free port)")
