@@ -71,7 +71,7 @@ def test_mutations_need_the_bearer_token(client: TestClient) -> None:
     assert client.post("/v1/runs", content=demo, headers=YAML).status_code == 401
     assert client.post("/v1/runs", content=demo, headers={**YAML, "Authorization": "Bearer wrong"}).status_code == 401
     # a token of non-ASCII bytes is refused like any wrong one (it was a 500)
-    raw = {"content-type": b"application/yaml", "authorization": "Bearer caf\u00e9".encode()}
+    raw = {b"content-type": b"application/yaml", b"authorization": "Bearer caf\u00e9".encode()}
     assert client.post("/v1/runs", content=demo, headers=raw).status_code == 401
     created = client.post("/v1/runs", content=demo, headers={**YAML, **AUTH})
     assert created.status_code == 201
