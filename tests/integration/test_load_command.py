@@ -70,6 +70,19 @@ async def test_load_writes_records_and_prints_the_reports_figures(mock_url: str,
     assert json.loads(again)["ttft_ms"] == summary["ttft_ms"]
 
 
+async def test_an_endpoint_with_the_openai_sdks_v1_suffix_works(mock_url: str, tmp_path: Path) -> None:
+    # the OpenAI SDK's base URLs end in /v1; every request failed with 404 on them
+    records = tmp_path / "records.jsonl"
+    code, out, err = await _kvbench(
+        "load", "--endpoint", f"{mock_url}/v1/", "--model", "mock", "--shape", "shared_prompt", "--prefix-tokens", "8",
+        "--output-tokens", "4", "--users", "2", "--duration-s", "1", "--records", str(records), "--json", "--quiet",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["requests_total"] > 0
+    assert summary["errors"] == 0
+
+
 async def test_bad_input_names_the_field_and_writes_nothing(mock_url: str, tmp_path: Path) -> None:
     records = tmp_path / "never.jsonl"
     code, _, err = await _kvbench(

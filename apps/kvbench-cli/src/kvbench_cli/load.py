@@ -142,6 +142,13 @@ def _traffic(args: argparse.Namespace) -> dict[str, Any]:
     return Traffic.model_validate(raw).model_dump(mode="json")
 
 
+def server_base_url(url: str) -> str:
+    """The server's root from what a user gives: with or without the OpenAI SDK's trailing ``/v1`` (requests go to
+    ROOT/v1/completions and metrics to ROOT/metrics either way)."""
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
 async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> tuple[Any, Any, int]:
     from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
     from kvbench_loadgen.entrypoints import DriveConfig, Driver, Router  # noqa: PLC0415
@@ -160,10 +167,8 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
         horizon_s=args.duration_s if args.duration_s > 0 else float("inf"),
     )
     endpoints = [
-        EngineEndpoint(
-            node_id="cli", engine_id=f"e{i}", base_url=url.rstrip("/"), metrics_url=url.rstrip("/") + "/metrics"
-        )
-        for i, url in enumerate(args.endpoint)
+        EngineEndpoint(node_id="cli", engine_id=f"e{i}", base_url=base, metrics_url=base + "/metrics")
+        for i, base in enumerate(server_base_url(url) for url in args.endpoint)
     ]
     config = DriveConfig(
         job_id="load",
