@@ -35,6 +35,7 @@ class SimWorkload(_Spec):
 class SimEngineSpec(_Spec):
     """One simulated engine (``kvbench_sim serve --spec``)."""
 
+    host: str = Field("127.0.0.1", description="The address it serves on")
     port: int = Field(ge=1, le=65535)
     workload: SimWorkload
     cluster: SimCluster = Field(default_factory=SimCluster)
@@ -46,6 +47,7 @@ class SimEngineSpec(_Spec):
 class SimStoreSpec(_Spec):
     """The pool's shared store (``kvbench_sim store --spec``): its capacity and link follow from the workload."""
 
+    host: str = Field("127.0.0.1", description="The address it serves on")
     port: int = Field(ge=1, le=65535)
     workload: SimWorkload
     cluster: SimCluster = Field(default_factory=SimCluster)
@@ -57,6 +59,7 @@ class SimStoreSpec(_Spec):
 class SimRouterSpec(_Spec):
     """A split stack's router (``kvbench_sim route --spec``)."""
 
+    host: str = Field("127.0.0.1", description="The address it serves on")
     port: int = Field(ge=1, le=65535)
     policy: SimRoutingPolicy = "pd_aware"
     engines: list[str] = Field(description="Base URLs of the decode engines")

@@ -18,6 +18,7 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled, NodeRegistered, StackFailed, StackReady, StackStopped
 from kvbench_contracts.fabric import NicSampled
 from kvbench_contracts.node import Heartbeat
+from kvbench_contracts.plan import SimCluster
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -42,12 +43,14 @@ class NodeAgent:
         self.settings = settings
         self.bus = bus
         self.node_id = settings.node_id
-        self.inventory = collect_inventory(
-            settings.node_id, settings.simulated, settings.group, settings.address, sim_switch=settings.sim_switch
-        )
+        declared = (settings.sim_gpu, settings.sim_gpus) if settings.sim_gpus else None
+        self.inventory = collect_inventory(settings.node_id, settings.simulated, settings.group, settings.address,
+                                           sim_switch=settings.sim_switch, sim_gpus=declared)  # fmt: skip
         state_dir = Path(settings.state_dir) / settings.node_id
         host = self.inventory.address or "127.0.0.1"
-        self.sim = SimLauncher(settings.node_id, state_dir, settings.engine_health_timeout_s)
+        # a simulated host of a group simulates the GPUs it declares when a plan has no sim section
+        own = SimCluster(gpu=settings.sim_gpu, gpus_per_machine=max(1, settings.sim_gpus))
+        self.sim = SimLauncher(settings.node_id, state_dir, settings.engine_health_timeout_s, settings.address, own)
         self.launchers: dict[str, ProcessLauncher] = {
             name: ProcessLauncher(name, settings.node_id, host, state_dir, settings.engine_health_timeout_s)
             for name in ("process", "docker")

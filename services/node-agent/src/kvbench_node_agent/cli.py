@@ -31,6 +31,8 @@ FLAGS = {
     "address": "KVBENCH_NODE_AGENT_ADDRESS",
     "state_dir": "KVBENCH_NODE_AGENT_STATE_DIR",
     "simulated": "KVBENCH_NODE_AGENT_SIMULATED",
+    "sim_gpu": "KVBENCH_NODE_AGENT_SIM_GPU",
+    "sim_gpus": "KVBENCH_NODE_AGENT_SIM_GPUS",
 }
 
 
@@ -54,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", help="the address other machines reach this one at (default: its host name)")
     parser.add_argument("--state-dir", help="engine logs and runtime files (default: /var/lib/kvbench/agent as root)")
     parser.add_argument("--simulated", action="store_const", const="true", help="run simulated engines (a test lab)")
+    parser.add_argument("--sim-gpu", help="with --simulated: the GPU model it declares and simulates (default L40S)")
+    parser.add_argument("--sim-gpus", type=int, help="with --simulated: how many GPUs it declares")
     parser.add_argument("--check", action="store_true", help="check the settings and the bus, then exit")
     parser.add_argument("--detach", action="store_true", help="keep running in the background after you log out")
     parser.add_argument(

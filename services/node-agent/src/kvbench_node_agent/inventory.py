@@ -12,6 +12,7 @@ from typing import Any
 from kvbench_contracts.events import NodeInventory
 from kvbench_contracts.fabric import LldpNeighbor
 from kvbench_node_agent.fabric import lldp_neighbors, nic_fec, rdma_port_details, read_text
+from kvbench_stacks.hardware import gpu_spec
 
 __all__ = ["collect_inventory"]
 
@@ -176,17 +177,24 @@ def _simulated_cable(node_id: str, switch: str | None) -> list[dict[str, Any]]:
 
 
 def collect_inventory(
-    node_id: str, simulated: bool, group: str | None, address: str | None = None, sim_switch: str | None = None
+    node_id: str,
+    simulated: bool,
+    group: str | None,
+    address: str | None = None,
+    sim_switch: str | None = None,
+    sim_gpus: tuple[str, int] | None = None,
 ) -> NodeInventory:
+    """``sim_gpus``: a simulated host of a group declares these GPUs (model, count), as a real one would."""
     if simulated:
+        spec = gpu_spec(sim_gpus[0]) if sim_gpus else None
         return NodeInventory(
             node_id=node_id,
             hostname=socket.gethostname(),
             simulated=True,
-            vendor=None,
-            gpu_model=None,
-            gpus=0,
-            gpu_memory_gb=0,
+            vendor=spec.vendor if spec else None,
+            gpu_model=spec.name if spec else None,
+            gpus=sim_gpus[1] if spec and sim_gpus else 0,
+            gpu_memory_gb=spec.memory_gb if spec else 0,
             ram_gb=_ram_gb(),
             cpus=os.cpu_count() or 0,
             group=group,

@@ -23,3 +23,7 @@ class NodeAgentSettings(ServiceSettings):
     engine_health_timeout_s: float = Field(120.0, gt=0, description="How long an engine may take to answer /health")
     scrape_interval_s: float = Field(2.0, gt=0, description="Engine /metrics scrape period during a deployment")
     address: str | None = Field(None, description="Address other machines reach this one at (default: hostname)")
+    sim_gpu: str = Field(
+        "L40S", description="Simulated hosts of a group (no plan sim section): the GPU model their engines simulate"
+    )
+    sim_gpus: int = Field(0, ge=0, le=16, description="Simulated hosts of a group: the GPUs they declare (0: none)")

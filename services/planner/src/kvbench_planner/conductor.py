@@ -326,7 +326,9 @@ class Conductor:
                     deployment_id=dep,
                     workload=workload.name,
                     stack=workload.stack,
-                    launcher="sim" if workload.cluster.sim else self.settings.launcher,
+                    # machines that registered as simulated (a simulated cluster, or a lab of simulated hosts in
+                    # a group) run simulated engines; real ones the planner's launcher
+                    launcher="sim" if workload.cluster.sim or node.get("simulated") else self.settings.launcher,
                     model=workload.model,
                     engine=workload.engine,
                     sizing=workload.sizing,

@@ -91,7 +91,8 @@ def read_spec(path: Path, model: type[S]) -> S:
 def _apply_router_spec(args: argparse.Namespace) -> argparse.Namespace:
     if args.spec is not None:
         spec = read_spec(args.spec, SimRouterSpec)
-        args.port, args.policy, args.engine, args.prefill = spec.port, spec.policy, spec.engines, spec.prefill
+        args.host, args.port, args.policy = spec.host, spec.port, spec.policy
+        args.engine, args.prefill = spec.engines, spec.prefill
     if args.port is None:
         sys.stderr.write("kvbench-sim route: --port or --spec is required\n")
         raise SystemExit(2)
@@ -110,7 +111,7 @@ def _apply_store_spec(args: argparse.Namespace) -> argparse.Namespace:
             raise SystemExit(2)
         profile = load_profile(spec.cluster.gpu, spec.workload.model, layout.engine)
         tier = Tier(shared[0], profile.block_size, profile.model.kv_bytes_per_token, profile.state_bytes_per_block)
-        args.port, args.capacity_chunks = spec.port, tier.capacity_chunks
+        args.host, args.port, args.capacity_chunks = spec.host, spec.port, tier.capacity_chunks
         args.bandwidth_gbps, args.speed = shared[0].bw_gbps, spec.cluster.speed or 1.0
         if spec.records_dir and file_backed(tier):
             args.records_dir = spec.records_dir
@@ -130,7 +131,7 @@ def _apply_engine_spec(args: argparse.Namespace) -> SimLayout | None:
             raise SystemExit(2)
         return None
     spec = read_spec(args.spec, SimEngineSpec)
-    args.port, args.model, args.gpu = spec.port, spec.workload.model, spec.cluster.gpu
+    args.host, args.port, args.model, args.gpu = spec.host, spec.port, spec.workload.model, spec.cluster.gpu
     args.speed = spec.cluster.speed or 1.0
     args.pd_role, args.shared_store, args.records_dir = spec.pd_role, spec.shared_store_url, spec.records_dir
     args.flavor = args.flavor or spec.workload.engine.name

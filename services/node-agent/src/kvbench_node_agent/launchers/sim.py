@@ -40,7 +40,7 @@ SIM_ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 _POLICIES: tuple[str, ...] = get_args(SimRoutingPolicy)
 
 
-def sim_workload(command: StartStack) -> tuple[SimWorkload, SimCluster]:
+def sim_workload(command: StartStack, own: SimCluster | None = None) -> tuple[SimWorkload, SimCluster]:
     """The command's workload and simulated cluster as the simulator's contract; a stack with no simulated form
     or settings the contract refuses fail here, before anything starts (retrying would not help)."""
     if command.stack not in SIMULATED_STACKS:
@@ -48,7 +48,11 @@ def sim_workload(command: StartStack) -> tuple[SimWorkload, SimCluster]:
         raise LaunchError(f"stack {command.stack} has no simulated server form; simulated stacks: {known}")
     workload = SimWorkload(stack=command.stack, model=command.model, engine=command.engine, sizing=command.sizing,
                            kv_tier=command.kv_tier)  # fmt: skip
-    return workload, command.sim or SimCluster()
+    if command.sim is not None:
+        return workload, command.sim
+    # a group of simulated hosts: the pool is the command's, each host simulating the GPUs it declares
+    cluster = (own or SimCluster()).model_copy(update={"machines": max(1, len(command.pool))})
+    return workload, cluster
 
 
 def sim_engine_spec(
@@ -57,9 +61,11 @@ def sim_engine_spec(
     pd_role: Literal["prefill", "decode"] | None = None,
     shared_store_url: str | None = None,
     records_dir: str | None = None,
+    host: str = "127.0.0.1",
+    own: SimCluster | None = None,
 ) -> SimEngineSpec:
-    workload, cluster = sim_workload(command)
-    return SimEngineSpec(port=port, workload=workload, cluster=cluster, pd_role=pd_role,
+    workload, cluster = sim_workload(command, own)
+    return SimEngineSpec(host=host, port=port, workload=workload, cluster=cluster, pd_role=pd_role,
                          shared_store_url=shared_store_url, records_dir=records_dir)  # fmt: skip
 
 
@@ -92,28 +98,34 @@ def _store_size(log_path: Path) -> str:
 class SimLauncher:
     name = "sim"
 
-    def __init__(self, node_id: str, state_dir: Path, health_timeout_s: float) -> None:
+    def __init__(self, node_id: str, state_dir: Path, health_timeout_s: float, address: str | None = None,
+                 own_cluster: SimCluster | None = None) -> None:  # fmt: skip
         self._node_id = node_id
+        self._own_cluster = own_cluster or SimCluster()
         self._state_dir = state_dir
         self._health_timeout_s = health_timeout_s
+        # an agent given an address (a simulated host of a lab, in a network of its own) serves its engines there,
+        # where the load generator and the pool's other machines reach them; else on loopback (kvbench up)
+        self._host = address or "127.0.0.1"
 
     def _deployment(self, command: StartStack) -> Deployment:
         return Deployment(deployment_id=command.deployment_id, run_id=command.run_id, stack=command.stack,
                           endpoints=[], processes=[])  # fmt: skip
 
     async def start(self, command: StartStack) -> Deployment:
-        workload, _ = sim_workload(command)
+        workload, _ = sim_workload(command, self._own_cluster)
         stack = CATALOG[command.stack]
         if stack.split:
             return await self._start_split(command)
         deployment = self._deployment(command)
-        port = free_port()
+        port = free_port(self._host)
         store_url = await self._shared_store(deployment, command)
         disk: Path | None = None
         if stack.has_disk_tier(workload.kv_tier, workload.sizing.disk_tier_gb):
             disk = records_dir(self._state_dir, command, self._node_id, workload.sizing.disk_tier_path)
             deployment.facts["disk_records"] = str(disk)
-        spec = sim_engine_spec(command, port, shared_store_url=store_url, records_dir=str(disk) if disk else None)
+        spec = sim_engine_spec(command, port, shared_store_url=store_url, records_dir=str(disk) if disk else None,
+                               host=self._host, own=self._own_cluster)  # fmt: skip
         argv = await self._engine(deployment, command, spec, "engine0", "both")
         deployment.facts["engine_argv"] = " ".join(argv[1:])
         return deployment
@@ -125,15 +137,17 @@ class SimLauncher:
         if store is None:
             return None
         port = store_port(command)
-        url = f"ws://127.0.0.1:{port}/ws"
+        head = command.pool[0].host if command.pool and self._host != "127.0.0.1" else "127.0.0.1"
+        url = f"ws://{head}:{port}/ws"
         if command.pool and command.pool[0].name != self._node_id:
             return url
-        workload, cluster = sim_workload(command)
+        workload, cluster = sim_workload(command, self._own_cluster)
         mount = None
         if store == "shared-fs":  # a file-backed pool keeps its index across restarts
             mount = records_dir(self._state_dir, command, "shared", workload.sizing.shared_mount_path)
             deployment.facts["shared_records"] = str(mount)
-        spec = SimStoreSpec(port=port, workload=workload, cluster=cluster, records_dir=str(mount) if mount else None)
+        spec = SimStoreSpec(host=self._host, port=port, workload=workload, cluster=cluster,
+                            records_dir=str(mount) if mount else None)  # fmt: skip
         try:
             await self._process(deployment, command, "store", "store", spec)
         except LaunchError as exc:
@@ -149,7 +163,7 @@ class SimLauncher:
         if not head:
             deployment.facts["note"] = "split stack: its engines and router run on the pool's first machine"
             return deployment
-        workload, cluster = sim_workload(command)
+        workload, cluster = sim_workload(command, self._own_cluster)
         counts = sim_engine_counts(command.stack, workload.sizing, cluster, workload.engine.tensor_parallel_size)
         urls: dict[str, list[str]] = {"prefill": [], "decode": []}
         try:
@@ -159,11 +173,19 @@ class SimLauncher:
             )
             for role, count in roles:
                 for index in range(count):
-                    spec = sim_engine_spec(command, free_port(), pd_role=role)
+                    spec = sim_engine_spec(
+                        command, free_port(self._host), pd_role=role, host=self._host, own=self._own_cluster
+                    )
                     await self._engine(deployment, command, spec, f"{role}{index}", role)
-                    urls[role].append(f"http://127.0.0.1:{spec.port}")
+                    urls[role].append(f"http://{self._host}:{spec.port}")
             policy = command.routing if command.routing in _POLICIES else "pd_aware"
-            router = SimRouterSpec(port=free_port(), policy=policy, engines=urls["decode"], prefill=urls["prefill"])  # type: ignore[arg-type]
+            router = SimRouterSpec(
+                host=self._host,
+                port=free_port(self._host),
+                policy=policy,  # type: ignore[arg-type]  # checked against the contract's policies above
+                engines=urls["decode"],
+                prefill=urls["prefill"],
+            )
             argv = await self._process(deployment, command, "router", "route", router)
         except LaunchError:
             deployment.stop()
@@ -186,7 +208,7 @@ class SimLauncher:
         process = ManagedProcess(f"sim-{name}", spawn(argv, log_path, SIM_ENV), log_path)
         deployment.processes.append(process)
         try:
-            await wait_healthy(f"http://127.0.0.1:{spec.port}/health", process, self._health_timeout_s)  # type: ignore[attr-defined]
+            await wait_healthy(f"http://{self._host}:{spec.port}/health", process, self._health_timeout_s)  # type: ignore[attr-defined]
         except LaunchError:
             deployment.stop()
             raise
@@ -197,8 +219,8 @@ class SimLauncher:
             node_id=self._node_id,
             engine_id=f"{self._node_id}-{'e' + name[6:] if name.startswith('engine') else name}",
             role=role,
-            base_url=f"http://127.0.0.1:{port}",
-            metrics_url=f"http://127.0.0.1:{port}/metrics",
+            base_url=f"http://{self._host}:{port}",
+            metrics_url=f"http://{self._host}:{port}/metrics",
         )
 
     async def _engine(self, deployment: Deployment, command: StartStack, spec: SimEngineSpec, name: str,
