@@ -195,6 +195,34 @@ def test_unresolved_group_offline_and_cluster_file() -> None:
     assert "gpus" in bad
 
 
+def test_review_of_real_machines_shows_the_exact_commands_each_will_run() -> None:
+    import shlex  # noqa: PLC0415
+
+    from kvbench_stacks.recipes import PoolMachine, RenderContext, render  # noqa: PLC0415
+
+    groups, _ = load_cluster_file(
+        b"groups:\n  lab:\n    - {name: n1, vendor: nvidia, gpu_model: L40S, gpus: 1, ram_gb: 64}\n"
+        b"    - {name: n2, vendor: nvidia, gpu_model: L40S, gpus: 1, ram_gb: 64}\n"
+    )
+    review = review_plan(
+        plan(
+            {"name": "a", "strategy": "shared_pool", "stack": "vllm-mooncake-store", "sizing": {"shared_store_gb": 8}}
+        ),
+        groups.get,
+    )
+    assert review.valid, review.as_dict()
+    assert review.expanded is not None
+    machines = review.expanded["workloads"][0]["machines"]
+    head = machines[0]["commands"]
+    assert [c["role"] for c in head] == ["master", "engine"]  # the Mooncake master starts first, on the head
+    assert head[1]["command"].startswith("vllm serve Qwen/Qwen3-8B ")
+    assert "MOONCAKE_CONFIG_PATH" in head[1]["environment"]
+    # exactly the recipe the agents render for this pool
+    ctx = RenderContext(stack="vllm-mooncake-store", model="Qwen/Qwen3-8B", sizing={"shared_store_gb": 8},
+                        machines=[PoolMachine(name=n, host=n, gpus=1) for n in ("n1", "n2")])  # fmt: skip
+    assert shlex.split(machines[1]["commands"][0]["command"]) == render(ctx)["n2"][0].argv
+
+
 def test_expanded_plan_lists_machines_processes_tiers_and_path() -> None:
     review = review_plan(
         plan(

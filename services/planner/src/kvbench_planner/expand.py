@@ -3,12 +3,14 @@ jobs, and an estimate of the run's duration."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_planner.cluster import Machine
 from kvbench_stacks.catalog import CATALOG, StackSpec
 from kvbench_stacks.hardware import find_model, gpu_spec
+from kvbench_stacks.recipes import EngineSettings, PoolMachine, RenderContext, render
 
 __all__ = ["estimate_job_s", "expand_plan"]
 
@@ -42,6 +44,42 @@ def _processes(
             f"{e * w.engine.tensor_parallel_size}-{(e + 1) * w.engine.tensor_parallel_size - 1} of {gpus})"
         )
     return procs
+
+
+def _commands(w: Workload, machines: list[Machine]) -> dict[str, list[dict[str, Any]]]:
+    """Per machine, exactly what its agent will start, in order: the recipe rendered for this pool (real machines
+    only; a simulated one runs kvbench's simulated engines). The address a machine is reached at is its name here,
+    as its agent reports another one only when it registers."""
+    if not machines:
+        return {}
+    pool = [
+        PoolMachine(name=m.name, host=m.name, gpus=w.sizing.gpus_per_machine or m.gpus, vendor=m.vendor or "nvidia")
+        for m in machines
+    ]
+    ctx = RenderContext(
+        stack=w.stack,
+        model=w.model,
+        engine=EngineSettings.model_validate(w.engine.model_dump()),
+        kv_tier=w.kv_tier,
+        sizing=w.sizing.model_dump(mode="json"),
+        network=w.network.model_dump(mode="json"),
+        machines=pool,
+        routing=w.measurement.routing,
+    )
+    return {
+        name: [
+            {
+                "name": spec.name,
+                "role": spec.role,
+                "command": shlex.join(spec.argv),
+                "environment": spec.env,
+                "config_files": sorted(spec.files),
+                "binary": spec.binary,
+            }
+            for spec in specs
+        ]
+        for name, specs in render(ctx).items()
+    }
 
 
 def _network_path(w: Workload, stack: StackSpec) -> str:
@@ -81,17 +119,19 @@ def expand_workload(w: Workload, machines: list[Machine]) -> dict[str, Any]:
     tp = w.engine.tensor_parallel_size
     prefill_machines = w.sizing.prefill_machines or 0
     out_machines = []
+    commands = _commands(w, machines) if w.cluster.sim is None and not all(m.simulated for m in machines) else {}
     for i, m in enumerate(machines):
         gpus = w.sizing.gpus_per_machine or m.gpus
         engines = 1 if stack.one_engine_per_machine else max(1, gpus // tp)
-        out_machines.append(
-            {
-                "name": m.name,
-                "gpu_model": m.gpu_model,
-                "gpus": gpus,
-                "processes": _processes(w, stack, i, m, engines, gpus, i < prefill_machines),
-            }
-        )
+        entry: dict[str, Any] = {
+            "name": m.name,
+            "gpu_model": m.gpu_model,
+            "gpus": gpus,
+            "processes": _processes(w, stack, i, m, engines, gpus, i < prefill_machines),
+        }
+        if m.name in commands:
+            entry["commands"] = commands[m.name]
+        out_machines.append(entry)
     grid = w.job_grid()
     jobs = [{"load_level": point.load_level, "repeat": point.repeat} for point in grid]
     stand_up = STAND_UP_S["sim" if w.cluster.sim else "real"]

@@ -36,7 +36,21 @@ def cmd_plan_validate(args: argparse.Namespace) -> int:
         print_refusal(review.as_dict())
         if review.valid:
             console.print(f"[green]valid[/green]: {review.jobs} job(s)")
+            print_machines(review.expanded or {})
     return 0 if review.valid else 2
+
+
+def print_machines(expanded: dict[str, Any]) -> None:
+    """Per workload and machine, what will run there (with --cluster, the exact commands, to check first)."""
+    for workload in expanded.get("workloads", []):
+        console.print(f"[bold]{escape(workload['name'])}[/bold] ({workload['stack']}):")
+        for machine in workload["machines"]:
+            console.print(f"  {escape(machine['name'])}: {machine['gpus']} x {machine.get('gpu_model') or '?'}")
+            for command in machine.get("commands", []):
+                console.print(f"    {escape('[' + command['role'] + ']')} {escape(command['command'])}", soft_wrap=True)
+            if not machine.get("commands"):
+                for process in machine["processes"]:
+                    console.print(f"    {escape(process)}")
 
 
 def cmd_plan_schema(_: argparse.Namespace) -> int:
