@@ -74,6 +74,22 @@ def test_preflight_names_the_machine_and_the_fix(tmp_path: Path) -> None:
     assert check_model("gpu-a", "Qwen/Qwen3-8B", has_token=False) == []
 
 
+def test_preflight_wants_the_model_downloaded_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvbench_node_agent.preflight import check_model_present  # noqa: PLC0415
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    missing = check_model_present("gpu-a", "Qwen/Qwen3-8B")
+    assert missing[0].check == "model"
+    assert "huggingface-cli download Qwen/Qwen3-8B" in str(missing[0])
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    assert check_model_present("gpu-a", "Qwen/Qwen3-8B") == []
+    assert check_model_present("gpu-a", str(tmp_path)) == []  # a local model directory
+
+
 def test_preflight_port_in_use() -> None:
     with socket.socket() as busy:
         busy.bind(("0.0.0.0", 0))
