@@ -158,6 +158,11 @@ class LocalDeployment:
                 state.services.append(ServiceRecord(name, proc.pid, str(log), health, module, dict(extra or {})))
                 state.save(self.state_path)
 
+            def ops(variable: str) -> tuple[str, dict[str, str]]:
+                """A service's /healthz on a port of its own, so `status` (and start-up) can ask every one."""
+                port = free_port()
+                return f"http://127.0.0.1:{port}/healthz", {variable: str(port)}
+
             start("reporter", "kvbench_reporter", f"{state.report_url}/healthz")
             # every job is split into one shard per load generator (they share the work queue)
             start(
@@ -168,13 +173,17 @@ class LocalDeployment:
                 | ({"KVBENCH_PLANNER_SIM_SPEED": f"{sim_speed:g}"} if sim_speed else {}),
             )
             for i in range(loadgens):
+                health, port_env = ops("KVBENCH_LOADGEN_OPS_PORT")
                 start(
                     f"loadgen-{i}" if i else "loadgen",
                     "kvbench_loadgen",
-                    None,
-                    {"KVBENCH_LOADGEN_SHARD_ID": f"loadgen-{i}"},
+                    health,
+                    {"KVBENCH_LOADGEN_SHARD_ID": f"loadgen-{i}", **port_env},
                 )
-            start("switch-poller", "kvbench_switch_poller", None, {"KVBENCH_SWITCH_POLLER_INTERVAL_S": "2"})
+            health, port_env = ops("KVBENCH_SWITCH_POLLER_OPS_PORT")
+            start(
+                "switch-poller", "kvbench_switch_poller", health, {"KVBENCH_SWITCH_POLLER_INTERVAL_S": "2", **port_env}
+            )
             switch_port, community = free_port(), secrets.token_urlsafe(18)
             # one name per deployment: deployments that share a NATS must not read each other's simulated switch
             state.sim_switch = f"{SIM_SWITCH}-{secrets.token_hex(2)}" if sim_machines else None
@@ -188,11 +197,13 @@ class LocalDeployment:
                 state.services.append(ServiceRecord("sim-switch", proc.pid, str(log), None, "kvbench_sim.switch", {}))
                 state.save(self.state_path)
             for i in range(sim_machines):
+                health, port_env = ops("KVBENCH_NODE_AGENT_OPS_PORT")
                 start(
                     f"node-agent-sim-{i}",
                     "kvbench_node_agent",
-                    None,
+                    health,
                     {
+                        **port_env,
                         "KVBENCH_NODE_AGENT_NODE_ID": f"sim-{i}",
                         "KVBENCH_NODE_AGENT_SIMULATED": "true",
                         "KVBENCH_NODE_AGENT_GROUP": "sim",

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+from rich.markup import escape
 from rich.table import Table
 
 from kvbench_cli.console import (
@@ -81,12 +84,37 @@ def cmd_status(args: argparse.Namespace) -> int:
                     health = "ok" if client.get(url).status_code == 200 else "failing"
                 except httpx.HTTPError:
                     health = "unreachable"
+            if name == "nats" and alive:
+                health = "ok" if _answers(state.nats_url) else "unreachable"
             healthy &= alive and health in ("ok", "–")
             table.add_row(name, str(pid or "external"), "running" if alive else "[red]stopped[/red]", health)
-        nodes = client.get(f"{state.api_url}/v1/nodes").json() if healthy else []
+        nodes, running = _planner_view(client, state)
     console.print(table)
-    console.print(f"nodes registered: {len(nodes)}; API {state.api_url}; reports {state.report_url}")
+    console.print(f"nodes registered: {'?' if nodes is None else len(nodes)}; API {state.api_url}; "
+                  f"reports {state.report_url}")  # fmt: skip
+    for run in running:
+        console.print(f"run in progress: {run['run_id']} ({escape(run['plan_name'])}), {run['progress']:.0%} done")
     return 0 if healthy else 1
+
+
+def _answers(url: str) -> bool:
+    """Whether something accepts connections at a nats:// URL's host and port."""
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _planner_view(client: httpx.Client, state: Any) -> tuple[list[Any] | None, list[dict[str, Any]]]:
+    """The machines heartbeating and the runs in progress, as the planner sees them (None: it does not answer)."""
+    try:
+        nodes = client.get(f"{state.api_url}/v1/nodes").json()
+        runs = client.get(f"{state.api_url}/v1/runs").json()
+    except (httpx.HTTPError, ValueError):
+        return None, []
+    return nodes, [r for r in runs if r["status"] in ("pending", "running")]
 
 
 def speed(text: str) -> float:
