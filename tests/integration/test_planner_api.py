@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -201,6 +202,12 @@ def test_catalog_says_why_a_stack_cannot_be_chosen(client: TestClient) -> None:
     assert rows["vllm-mooncake-store"]["tiers"] == ["gpu"]
     locked = client.get("/v1/catalog/orchestrators").json()
     assert {o["id"] for o in locked if o["locked"]} == {"dynamo", "llm-d", "production-stack"}
+    docs = client.get("/docs")  # served offline: its scripts come from the planner itself, not a CDN
+    assert docs.status_code == 200
+    assert "cdn." not in docs.text
+    script = re.search(r'src="([^"]+swagger-ui-bundle\.js)"', docs.text)
+    assert script is not None
+    assert client.get(script.group(1)).status_code == 200
     openapi = client.get("/openapi.json")
     assert openapi.status_code == 200
     # responses are described, not only requests

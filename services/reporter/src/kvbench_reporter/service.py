@@ -26,6 +26,7 @@ from kvbench_reporter.dashboards import push_dashboards
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.html import render_html
 from kvbench_reporter.ingest import CONTROL_MODELS, Ingestor
+from kvbench_reporter.openapi import openapi_document
 from kvbench_reporter.report import build_report, records_complete
 from kvbench_reporter.schema import report_json_schema
 from kvbench_reporter.settings import ReporterSettings
@@ -187,11 +188,15 @@ class Reporter:
         async def report_schema(_: web.Request) -> web.Response:
             return web.json_response(report_json_schema())
 
+        async def openapi(_: web.Request) -> web.Response:
+            return web.json_response(openapi_document())
+
         return [
             web.get("/v1/runs/{run_id}/report", report_json),
             web.get("/v1/runs/{run_id}/report.html", report_html),
             web.get("/v1/runs/{run_id}/records", records_jsonl),
             web.get("/v1/reports/schema", report_schema),
+            web.get("/openapi.json", openapi),
         ]
 
     async def _not_ready(self, run_id: str) -> web.Response:

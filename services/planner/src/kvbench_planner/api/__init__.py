@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 
 from kvbench_core.bus import Bus
 from kvbench_core.metrics import new_registry
@@ -59,7 +60,8 @@ def create_app(settings: PlannerSettings) -> FastAPI:
                 await conductor.close()
                 await registry.stop()
 
-    app = FastAPI(title="kvbench planner", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # /docs and /redoc from assets the fastapi-offline package ships: no page loads anything from a CDN
+    app = FastAPIOffline(title="kvbench planner", version="0.1.0", lifespan=lifespan)
     app.state.settings, app.state.metrics = settings, metrics
     for router in ROUTERS:
         app.include_router(router)
