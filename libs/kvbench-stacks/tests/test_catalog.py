@@ -43,3 +43,18 @@ def test_shared_store_stacks_are_the_shared_pool_strategy() -> None:
 def test_simulated_stacks_are_the_catalogs_simulated_ones() -> None:
     assert set(SIMULATED_STACKS) == {s.id for s in CATALOG.values() if s.simulated}
     assert "vllm-pd-lmcache-store" not in SIMULATED_STACKS  # its hand-off through an LMCache store has no sim form
+
+
+def test_valkey_listens_on_the_pools_address_not_every_address() -> None:
+    machines = [{"name": f"m{i}", "host": f"10.0.0.{i + 1}", "gpus": 1} for i in range(2)]
+    ctx = RenderContext.model_validate(
+        {
+            "stack": "vllm-lmcache-valkey",
+            "model": "Qwen/Qwen3-8B",
+            "machines": machines,
+            "sizing": {"shared_store_gb": 8},
+        }
+    )
+    valkey = next(p for p in render(ctx)["m0"] if p.name == "valkey")
+    bound = valkey.argv[valkey.argv.index("--bind") + 1 : valkey.argv.index("--port")]
+    assert bound == ["10.0.0.1", "127.0.0.1"]

@@ -20,8 +20,10 @@ def valkey(ctx: RenderContext) -> ProcessSpec:
         image="valkey/valkey:8",
         argv=[
             "valkey-server",
+            # the pool's network address only (and loopback), never every address: it has no password yet
             "--bind",
-            "0.0.0.0",
+            host_of(ctx, 0),
+            "127.0.0.1",
             "--port",
             str(port),
             "--maxmemory",
