@@ -58,3 +58,16 @@ def test_valkey_listens_on_the_pools_address_not_every_address() -> None:
     valkey = next(p for p in render(ctx)["m0"] if p.name == "valkey")
     bound = valkey.argv[valkey.argv.index("--bind") + 1 : valkey.argv.index("--port")]
     assert bound == ["10.0.0.1", "127.0.0.1"]
+
+
+def test_a_simulated_process_is_an_ordinary_process_spec_reading_its_spec_file() -> None:
+    from kvbench_contracts.sim import SimRouterSpec  # noqa: PLC0415
+    from kvbench_stacks.recipes.sim import simulated_process  # noqa: PLC0415
+
+    spec = SimRouterSpec(port=9100, engines=["http://127.0.0.1:9101"])
+    process = simulated_process("router", "route", "router", spec, "/usr/bin/python3", "127.0.0.1", 9100)
+    assert process.argv == ["/usr/bin/python3", "-m", "kvbench_sim", "route", "--spec", "{run_dir}/sim-router.json"]
+    assert SimRouterSpec.model_validate_json(process.files["sim-router.json"]) == spec
+    assert process.health == ("http", 9100, "/health")
+    assert process.serves_requests
+    assert process.env == {"PYTHONHASHSEED": "0"}

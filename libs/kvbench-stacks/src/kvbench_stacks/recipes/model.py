@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.commands import PoolMachine
 
-__all__ = ["EngineSettings", "PoolMachine", "ProcessSpec", "RenderContext"]
+__all__ = ["EngineSettings", "PoolMachine", "ProcessSpec", "RenderContext", "Role"]
 
 Role = Literal["engine", "prefill", "decode", "router", "store", "master", "lmcache"]
 

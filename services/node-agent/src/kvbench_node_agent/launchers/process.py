@@ -14,7 +14,7 @@ from kvbench_core.procs import spawn
 from kvbench_node_agent.launchers.base import Deployment, LaunchError, ManagedProcess, read_block_size, wait_healthy
 from kvbench_stacks.recipes.model import ProcessSpec
 
-__all__ = ["ProcessLauncher", "docker_argv", "materialize"]
+__all__ = ["ProcessLauncher", "docker_argv", "launch_process", "materialize"]
 
 
 def materialize(spec: ProcessSpec, run_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -64,6 +64,31 @@ def docker_argv(
     return [*out, spec.image or "MISSING-IMAGE", *argv]
 
 
+async def launch_process(
+    spec: ProcessSpec,
+    run_dir: Path,
+    log_path: Path,
+    timeout_s: float,
+    extra_env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+) -> ManagedProcess:
+    """Write the spec's files, start it (dying with the agent) and wait until its health check answers on ``host``;
+    a process that exits or never answers raises LaunchError with its log's end. The caller keeps the process, to
+    stop it with the rest of its deployment."""
+    argv, env = materialize(spec, run_dir)
+    process = ManagedProcess(spec.name, spawn(argv, log_path, {**os.environ, **env, **(extra_env or {})}), log_path)
+    try:
+        kind, port, path = spec.health
+        if kind == "http":
+            await wait_healthy(f"http://{host}:{port}{path}", process, timeout_s)
+        else:
+            await wait_tcp(port, process, timeout_s)
+    except LaunchError:
+        process.stop()
+        raise
+    return process
+
+
 class ProcessLauncher:
     """Starts each process in order, waits for its health check, and stops them in reverse order."""
 
@@ -95,16 +120,16 @@ class ProcessLauncher:
                     logs = ["docker", "logs", "-f", container]
                     proc = spawn(logs, log_path, tie_to_parent=True)
                     process = ManagedProcess(spec.name, proc, log_path, container=container)
+                    deployment.processes.append(process)
+                    kind, port, path = spec.health
+                    if kind == "http":
+                        await wait_healthy(f"http://127.0.0.1:{port}{path}", process, self._health_timeout_s)
+                    else:
+                        await wait_tcp(port, process, self._health_timeout_s)
                 else:
-                    argv, env = materialize(spec, run_dir)
-                    proc = spawn(argv, log_path, {**os.environ, **env, **(secrets_env or {})})
-                    process = ManagedProcess(spec.name, proc, log_path)
-                deployment.processes.append(process)
-                kind, port, path = spec.health
-                if kind == "http":
-                    await wait_healthy(f"http://127.0.0.1:{port}{path}", process, self._health_timeout_s)
-                else:
-                    await wait_tcp(port, process, self._health_timeout_s)
+                    process = await launch_process(spec, run_dir, log_path, self._health_timeout_s, secrets_env)
+                    deployment.processes.append(process)
+                    port = spec.health[1]
                 if spec.role in ("engine", "prefill", "decode"):
                     block = read_block_size(log_path)
                     if block:

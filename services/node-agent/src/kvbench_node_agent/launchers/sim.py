@@ -10,33 +10,29 @@ which share a store are the catalog's facts (``kvbench_stacks``).
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel
-
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_contracts.plan import SimCluster
 from kvbench_contracts.sim import SimEngineSpec, SimRouterSpec, SimRoutingPolicy, SimStoreSpec, SimWorkload
-from kvbench_core.procs import free_port, spawn
+from kvbench_core.procs import free_port
 from kvbench_node_agent.launchers.base import (
     Deployment,
     LaunchError,
-    ManagedProcess,
     read_block_size,
-    wait_healthy,
 )
+from kvbench_node_agent.launchers.process import launch_process
 from kvbench_stacks.catalog import CATALOG, SIMULATED_STACKS
+from kvbench_stacks.recipes.model import Role
+from kvbench_stacks.recipes.sim import SimVerb, simulated_process
 from kvbench_stacks.topology import sim_engine_counts
 
 __all__ = ["SimLauncher", "sim_engine_spec", "sim_workload"]
 
-# engines that share a store hash prompt words alike (Python's string hash is salted per process otherwise)
-SIM_ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 _POLICIES: tuple[str, ...] = get_args(SimRoutingPolicy)
 
 
@@ -195,24 +191,21 @@ class SimLauncher:
         deployment.facts["routing"] = policy
         return deployment
 
-    async def _process(self, deployment: Deployment, command: StartStack, name: str,
-                       verb: Literal["serve", "store", "route"], spec: BaseModel) -> list[str]:  # fmt: skip
-        """Write the process's spec, start it and wait until it answers on its port (the deployment is stopped
-        when it does not); returns its command line."""
+    async def _process(self, deployment: Deployment, command: StartStack, name: str, verb: SimVerb,
+                       spec: SimEngineSpec | SimStoreSpec | SimRouterSpec) -> list[str]:  # fmt: skip
+        """Start one simulated process as the process launcher starts any (its spec file first, then a health
+        check; the deployment is stopped when it does not answer); returns its command line."""
+        role: Role = "store" if verb == "store" else "router" if verb == "route" else "engine"
+        process_spec = simulated_process(name, verb, role, spec, sys.executable, self._host, spec.port)
         run_dir = self._state_dir / "runs" / command.deployment_id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        spec_path = run_dir / f"sim-{name}.json"
-        spec_path.write_text(spec.model_dump_json(indent=2), encoding="utf-8")
-        argv = [sys.executable, "-m", "kvbench_sim", verb, "--spec", str(spec_path)]
         log_path = self._state_dir / "logs" / f"{command.deployment_id}-{name}.log"
-        process = ManagedProcess(f"sim-{name}", spawn(argv, log_path, SIM_ENV), log_path)
-        deployment.processes.append(process)
         try:
-            await wait_healthy(f"http://{self._host}:{spec.port}/health", process, self._health_timeout_s)  # type: ignore[attr-defined]
+            process = await launch_process(process_spec, run_dir, log_path, self._health_timeout_s, host=self._host)
         except LaunchError:
             deployment.stop()
             raise
-        return argv
+        deployment.processes.append(process)
+        return [a.replace("{run_dir}", str(run_dir)) for a in process_spec.argv]
 
     def _endpoint(self, name: str, role: Literal["both", "prefill", "decode", "router"], port: int) -> EngineEndpoint:
         return EngineEndpoint(
