@@ -6,9 +6,12 @@ half-configured. ``defaults`` is deep-merged under each workload before the work
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+import json
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "Arrivals",
@@ -44,6 +47,7 @@ Shape = Literal[
 ]
 Routing = Literal["round_robin", "session_affinity", "prefix_aware", "pd_aware"]
 CacheState = Literal["empty", "warm"]
+MAX_JOB_S = 7 * 86400  # one job's load: a week is far past any benchmark
 CacheStart = Literal["fresh", "restarted", "warm"]  # what a job finds: see Workload.cache_start
 
 
@@ -60,7 +64,44 @@ AGENTIC_DEFAULT_LOAD_DURATION_S = 1200
 class StrictModel(BaseModel):
     """Plan models refuse unknown keys (a typo must fail) and are immutable once parsed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no infinities or NaN (a rate of inf hung a job, a duration of inf was a 500), and no unbounded strings
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, str_max_length=4096)
+
+
+FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+MAX_ENGINE_ARGS_BYTES = 8192  # engine flags pass through to the engine's command line: a few hundred bytes in practice
+
+# paths a plan may never point kvbench at: the machine's own configuration, secrets and kernel interfaces
+FORBIDDEN_PATHS = ("/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/run", "/var/run", "/var/lib/kvbench/agent")
+# a RAM-backed directory is a fair disk tier to test with (a place the plan names, not one kvbench creates)
+ALLOWED_UNDER_FORBIDDEN = ("/dev/shm",)  # noqa: S108
+
+
+def path_problem(path: str, *, absolute: bool) -> str | None:
+    """Why a plan may not use ``path`` (None when it may): no parent-directory steps, nothing under the system's
+    own directories, and absolute where the engines on every machine must find the same place."""
+    if "\x00" in path:
+        return "holds a NUL character"
+    parts = PurePosixPath(path).parts
+    if ".." in parts:
+        return "steps out with '..'; give the directory itself"
+    if absolute and not path.startswith("/"):
+        return "is relative; give an absolute path, the same on every machine"
+    normal = "/" + "/".join(p for p in parts if p not in ("/", "."))
+    if normal.startswith("/var/lib/kvbench/pg-"):  # the control plane's kept databases
+        return "is a kvbench database's directory; use a data directory"
+    if any(normal == a or normal.startswith(a + "/") for a in ALLOWED_UNDER_FORBIDDEN):
+        return None
+    for forbidden in FORBIDDEN_PATHS:
+        if normal == forbidden or normal.startswith(forbidden + "/"):
+            return f"is under {forbidden}, which kvbench never reads or writes; use a data directory"
+    return None
+
+
+def _checked_path(value: str | None, field: str, *, absolute: bool) -> str | None:
+    if value is not None and (problem := path_problem(value, absolute=absolute)):
+        raise ValueError(f"{field} {problem}")
+    return value
 
 
 class EngineSpec(StrictModel):
@@ -68,6 +109,17 @@ class EngineSpec(StrictModel):
     version: str | None = Field(None, description="Engine version or container image; null = the validated default")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per engine (tensor parallel size)")
     args: dict[str, Any] = Field(default_factory=dict, description="Extra engine arguments, passed through verbatim")
+
+    @field_validator("args")
+    @classmethod
+    def _bounded_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not FLAG_NAME.match(key):
+                raise ValueError(f"engine.args: {key[:40]!r} is not a flag name (letters, digits, '-' and '_')")
+        size = len(json.dumps(value, default=str))
+        if size > MAX_ENGINE_ARGS_BYTES:
+            raise ValueError(f"engine.args: {size:,} bytes of arguments; at most {MAX_ENGINE_ARGS_BYTES:,}")
+        return value
 
 
 class SimCluster(StrictModel):
@@ -113,6 +165,11 @@ class Sizing(StrictModel):
     prefill_machines: int | None = Field(None, ge=1, description="Split stacks: machines that run prefill")
     prefill_gpus: int | None = Field(None, ge=1, description="Split stacks: GPUs that run prefill")
 
+    @field_validator("disk_tier_path", "shared_mount_path")
+    @classmethod
+    def _engine_paths(cls, value: str | None, info: Any) -> str | None:
+        return _checked_path(value, f"sizing.{info.field_name}", absolute=True)
+
 
 class SyntheticSpec(StrictModel):
     prefix_tokens: int = Field(1024, ge=0, description="Shared prefix length per group, tokens")
@@ -129,6 +186,12 @@ class TraceSpec(StrictModel):
     path: str = Field(description="Path of the trace file")
     time_scale: float = Field(1.0, gt=0, description="Multiply trace inter-arrival gaps by this factor")
     jitter: bool = Field(False, description="Spread requests that share a timestamp evenly until the next one")
+
+    @field_validator("path")
+    @classmethod
+    def _trace_path(cls, value: str) -> str:
+        return _checked_path(value, "traffic.trace.path", absolute=False) or value
+
     block_tokens: int = Field(512, ge=1, description="Tokens per hash id (Mooncake: 512)")
 
 
@@ -146,8 +209,12 @@ class Arrivals(StrictModel):
     mode: Literal["closed_loop", "request_rate", "trace"] = Field(
         "closed_loop", description="Closed loop users, a request rate, or the trace's own timestamps"
     )
-    users: list[PositiveInt] | None = Field(None, description="closed_loop: concurrent users per load level")
-    rates: list[PositiveFloat] | None = Field(None, description="request_rate: requests/s per load level")
+    users: list[Annotated[int, Field(gt=0, le=100_000)]] | None = Field(
+        None, max_length=64, description="closed_loop: concurrent users per load level (at most 100,000)"
+    )
+    rates: list[Annotated[float, Field(gt=0, le=100_000)]] | None = Field(
+        None, max_length=64, description="request_rate: requests/s per load level (at most 100,000)"
+    )
     distribution: Literal["poisson", "gamma"] = Field("poisson", description="request_rate: inter-arrival distribution")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape; 1.0 = Poisson, lower = burstier")
     max_concurrency: int | None = Field(None, ge=1, description="Cap on requests in flight")
@@ -180,7 +247,14 @@ class Traffic(StrictModel):
     trace: TraceSpec | None = Field(None, description="trace_replay: the trace to replay")
     documents: DocumentsSpec | None = Field(None, description="document_reuse: the documents and rounds")
     arrivals: Arrivals = Field(default_factory=Arrivals, description="Arrival process and load levels")
-    duration_s: float | None = Field(None, gt=0, description="Bound for each job of non-agentic shapes, s")
+    duration_s: float | None = Field(
+        None, gt=0, le=MAX_JOB_S, description="Bound for each job of non-agentic shapes, s (at most 7 days)"
+    )
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_path(cls, value: str | None) -> str | None:
+        return _checked_path(value, "traffic.dataset", absolute=False)
 
     @model_validator(mode="after")
     def _trace_arrivals(self) -> Traffic:
@@ -214,7 +288,7 @@ class Measurement(StrictModel):
 class Workload(StrictModel):
     """One compared configuration: ``defaults`` deep-merged with the workload's own keys."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Workload name, unique in the plan")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=63, description="Workload name, unique in the plan")
     strategy: Strategy = Field(description="How machines share KV cache")
     stack: str = Field(description="Stack id from the catalog")
     model: str = Field("Qwen/Qwen3-8B", description="Hugging Face model id")
@@ -270,7 +344,9 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 class Plan(StrictModel):
     version: Literal[1] = Field(1, description="Plan format version")
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Plan name: lowercase letters, digits, dashes")
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=63, description="Plan name: lowercase letters, digits, dashes"
+    )
     defaults: dict[str, Any] = Field(default_factory=dict, description="Deep-merged under every workload")
     workloads: list[Workload] = Field(min_length=1, description="The compared workloads")
 

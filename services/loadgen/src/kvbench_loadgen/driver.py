@@ -62,9 +62,10 @@ class DriveConfig:
 class DriveResult:
     requests: int = 0
     errors: int = 0
-    # rate mode: arrivals that found no session ready and none left to open, or that the event loop reached only
-    # after the load's end (they are not sent)
-    skipped_arrivals: int = 0
+    skipped_arrivals: int = 0  # rate mode: arrivals that found no session ready and none left to open
+    # rate mode: arrivals scheduled inside the window that the event loop reached only after it (not sent: they
+    # would be stamped after the load's end); a busy machine's sign
+    late_arrivals: int = 0
     load_end_s: float = 0.0
     warmup_s: float = 0.0
     replay_lags_s: list[float] = field(default_factory=list)  # trace mode: actual minus scheduled send time
@@ -281,7 +282,7 @@ class Driver:
                 if time.monotonic() >= self._deadline:
                     # scheduled inside the window but reached after it (a busy event loop): a request sent once
                     # the load has ended would be stamped after the load's end, so it is skipped and counted
-                    self.result.skipped_arrivals += 1
+                    self.result.late_arrivals += 1
                     return
                 await self._send(session, turn)
             finally:

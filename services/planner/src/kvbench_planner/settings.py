@@ -32,6 +32,7 @@ class PlannerSettings(ServiceSettings):
     loadgen_shards: int = Field(1, ge=1, le=256, description="Load generator processes that share each job")
     node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")
     launcher: Literal["process", "docker"] = Field("process", description="How agents start real stacks")
+    max_active_runs: int = Field(8, ge=1, le=1000, description="Runs pending or running at once; more are refused")
     sim_speed: float | None = Field(
         None,
         gt=0,

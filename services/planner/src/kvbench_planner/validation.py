@@ -22,6 +22,7 @@ from kvbench_planner.rules import workload_issues
 from kvbench_stacks.catalog import CATALOG
 
 __all__ = [
+    "MAX_JOBS",
     "GroupResolver",
     "Problem",
     "Review",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 MAX_DOCUMENT_BYTES = 1_000_000
+MAX_JOBS = 1000  # a run's state is one KV value on the bus (1 MB at most): a thousand jobs fit with room to spare
+MAX_DEPTH = 32  # a plan is a few levels deep; engine.args may nest a little
 
 GroupResolver = Callable[[str], list[Machine] | None]
 
@@ -64,6 +67,33 @@ class Review:
         return out
 
 
+class AliasRefusedError(yaml.YAMLError):
+    pass
+
+
+class PlanLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases: a plan has no use for them, and a few lines of them (a "billion laughs")
+    expand to more than the planner's memory."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise AliasRefusedError("aliases are not accepted")
+        return super().compose_node(parent, index)
+
+
+def _depth(data: Any) -> int:
+    """How deeply mappings and lists nest (iteratively: a document's depth must not decide the stack's)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                return level
+            stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
 def parse_document(text: str | bytes) -> tuple[Any, Problem | None]:
     """YAML or JSON (JSON is YAML); a bad document is one clear issue, never a stack trace."""
     if len(text) > MAX_DOCUMENT_BYTES:
@@ -73,7 +103,20 @@ def parse_document(text: str | bytes) -> tuple[Any, Problem | None]:
             fix="Split the plan or remove inline data.",
         )
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=PlanLoader)  # noqa: S506 (PlanLoader is SafeLoader without aliases)
+    except AliasRefusedError:
+        return None, Problem(
+            code="invalid_document",
+            message="The plan uses YAML aliases (*name); they are not accepted, since one alias can expand to "
+            "gigabytes",
+            fix="Write the values out, or put shared settings in the plan's defaults section.",
+        )
+    except RecursionError:
+        return None, Problem(
+            code="invalid_document",
+            message="The plan nests deeper than a plan can",
+            fix="A plan is a few levels deep: version, name, defaults and workloads with their sections.",
+        )
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
@@ -85,6 +128,12 @@ def parse_document(text: str | bytes) -> tuple[Any, Problem | None]:
     except (ValueError, UnicodeDecodeError):
         return None, Problem(
             code="invalid_document", message="The plan is not UTF-8 text", fix="Save the plan as UTF-8."
+        )
+    if _depth(data) > MAX_DEPTH:
+        return None, Problem(
+            code="invalid_document",
+            message=f"The plan nests more than {MAX_DEPTH} levels deep",
+            fix="A plan is a few levels deep: version, name, defaults and workloads with their sections.",
         )
     if not isinstance(data, dict):
         return None, Problem(
@@ -212,6 +261,15 @@ def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review
         if machines is not None:
             review.machines[w.name] = machines
     review.jobs = count_jobs(plan)
+    if review.jobs > MAX_JOBS:
+        review.errors.append(
+            Problem(
+                code="too_many_jobs",
+                message=f"The plan expands to {review.jobs:,} jobs; one run holds at most {MAX_JOBS:,}",
+                fix="Split it into several plans, or use fewer load levels or repeats.",
+                field="workloads",
+            )
+        )
     if review.errors:
         review.plan = None
     else:

@@ -123,7 +123,14 @@ async def read_plan(request: Request, machines: RegistryDep) -> Review:
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > MAX_DOCUMENT_BYTES:
         raise HTTPException(status_code=413, detail=f"the plan is larger than {MAX_DOCUMENT_BYTES} bytes")
-    body = await request.body()
+    # read at most the limit, whatever Content-Length says (or when there is none: a chunked body)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_DOCUMENT_BYTES:
+            raise HTTPException(status_code=413, detail=f"the plan is larger than {MAX_DOCUMENT_BYTES} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
     data, problem = parse_document(body)
     if problem is not None:
         return Review(None, [problem])

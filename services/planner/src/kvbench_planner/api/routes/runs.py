@@ -8,7 +8,15 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
-from kvbench_planner.api.deps import ConductorDep, MetricsDep, ReviewDep, authorized, review_response
+from kvbench_planner.api.deps import (
+    ConductorDep,
+    MetricsDep,
+    ReviewDep,
+    SettingsDep,
+    authorized,
+    refusal,
+    review_response,
+)
 from kvbench_planner.api.openapi import PLAN_BODY, REFUSED
 from kvbench_planner.api.schemas import RunCreated, RunDetail, RunSummary
 
@@ -22,12 +30,28 @@ _NO_RUN: dict[int | str, dict[str, Any]] = {404: {"description": "No such run"}}
     status_code=201,
     openapi_extra=PLAN_BODY,
     dependencies=authorized,
-    responses={**REFUSED, 201: {"model": RunCreated, "description": "Accepted: the run's id and its warnings"}},
+    responses={
+        **REFUSED,
+        201: {"model": RunCreated, "description": "Accepted: the run's id and its warnings"},
+        429: {"description": "Too many runs pending or running (KVBENCH_PLANNER_MAX_ACTIVE_RUNS)"},
+    },
 )
-async def create_run(review: ReviewDep, conductor: ConductorDep, metrics: MetricsDep) -> JSONResponse:
+async def create_run(
+    review: ReviewDep, conductor: ConductorDep, metrics: MetricsDep, settings: SettingsDep
+) -> JSONResponse:
     if not review.valid or review.plan is None:
         metrics.refused.inc()
         return review_response(review)
+    active = [s for s in conductor.runs.values() if s.status in ("pending", "running")]
+    if len(active) >= settings.max_active_runs:
+        metrics.refused.inc()
+        raise refusal(
+            429,
+            "",
+            "too_many_runs",
+            f"{len(active)} runs are pending or running; this planner takes at most {settings.max_active_runs}",
+            "Wait for one to end or cancel one (kvbench cancel RUN_ID), or raise KVBENCH_PLANNER_MAX_ACTIVE_RUNS.",
+        )
     state = await conductor.submit(review.plan, review.machines)
     metrics.submitted.inc()
     log.info("run submitted", extra={"run_id": state.run_id, "plan": state.plan_name, "jobs": len(state.jobs)})
