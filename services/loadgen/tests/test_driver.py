@@ -175,3 +175,16 @@ async def test_engines_faster_than_real_time_are_driven_and_stamped_in_engine_se
     assert driver.result.load_end_s == 10.0
     assert max(r.start_s for r in records) <= 10.0
     assert max(r.start_s for r in records) > 8.0
+
+
+async def test_closed_loop_users_back_off_on_a_dead_engine_instead_of_spinning() -> None:
+    from kvbench_core.procs import free_port  # noqa: PLC0415
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every request fails at once
+    router = Router([EngineEndpoint(node_id="n", engine_id="e", base_url=dead, metrics_url=dead + "/metrics")], "rr")
+    traffic = {"shape": "synthetic_sessions", "synthetic": {"prefix_tokens": 4, "turns": 2, "output_tokens": 2}}
+    driver, records = await _drive(_config(load_level=2, duration_s=1.5), build_source(traffic, users=2), router)
+    assert records
+    assert not any(r.ok for r in records)
+    # doubling back-off from 50 ms: about five failed sessions per user in 1.5 s, where a spinning user makes hundreds
+    assert len(records) <= 20, len(records)

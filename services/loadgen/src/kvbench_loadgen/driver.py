@@ -35,6 +35,7 @@ from kvbench_workloads.sources import Source
 __all__ = ["DriveConfig", "DriveResult", "Driver", "to_record"]
 
 Mode = Literal["closed_loop", "request_rate", "trace"]
+ERROR_BACKOFF_S, ERROR_BACKOFF_MAX_S = 0.05, 2.0  # closed loop: after failed sessions, doubling up to the cap
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class Driver:
         return self.result
 
     # -- one request -------------------------------------------------------------------------
-    async def _send(self, session: Session, turn: Turn) -> None:
+    async def _send(self, session: Session, turn: Turn) -> bool:
         cfg = self.config
         assert self._http is not None
         payload: dict[str, object] = {
@@ -193,6 +194,7 @@ class Driver:
             raise
         self._emit(session, number, turn, result, request_id)
         session.record(turn, "".join(result.text), result.ok)
+        return result.ok
 
     async def _stream(self, base_url: str, payload: dict[str, object], chat: bool, request_id: str) -> StreamResult:
         assert self._http is not None
@@ -234,34 +236,47 @@ class Driver:
                 span.extend([record.start_s, end])
             span[0], span[1] = min(span[0], record.start_s), max(span[1], end)
 
+    async def _gap_wall(self, seconds: float) -> bool:
+        """Wait ``seconds`` of wall time, or until the load ends; False when it ended."""
+        await asyncio.sleep(min(seconds, max(0.0, self._deadline - time.monotonic())))
+        return time.monotonic() < self._deadline
+
     async def _gap(self, seconds: float) -> bool:
         """Wait a session's recorded gap; False when the load ends first."""
         if seconds > 0 and self.config.honor_gaps:
             await asyncio.sleep(min(self._wall(seconds), max(0.0, self._deadline - time.monotonic())))
         return time.monotonic() < self._deadline
 
-    async def _session(self, session: Session) -> None:
-        """Every turn of one session in order (gaps between them)."""
-        first = True
+    async def _session(self, session: Session) -> bool:
+        """Every turn of one session in order (gaps between them); False when its last request failed."""
+        first, ok = True, True
         while (turn := session.next_turn()) is not None:
             if not first and not await self._gap(turn.gap_s):
-                return
+                return ok
             if time.monotonic() >= self._deadline:
-                return
+                return ok
             first = False
-            await self._send(session, turn)
+            ok = await self._send(session, turn)
+        return ok
 
     # -- arrival modes ---------------------------------------------------------------------------
     async def _closed_loop(self) -> None:
         one_each = self.config.duration_s <= 0 and not self.source.finite
 
         async def user(index: int) -> None:
+            failures = 0
             while time.monotonic() < self._deadline:
                 session = self.source.next_session(index)
                 if session is None:
                     return
-                await self._session(session)
+                ok = await self._session(session)
                 if one_each:
+                    return
+                # a failed turn ends its session; back off before the next one instead of spinning on a dead engine
+                failures = 0 if ok else failures + 1
+                if failures and not await self._gap_wall(
+                    min(ERROR_BACKOFF_MAX_S, ERROR_BACKOFF_S * 2 ** (failures - 1))
+                ):
                     return
 
         await asyncio.gather(*(user(u) for u in self.source.users))
@@ -325,7 +340,7 @@ class Driver:
             await asyncio.gather(*in_flight)
 
     async def _trace(self) -> None:
-        in_flight: set[asyncio.Task[None]] = set()
+        in_flight: set[asyncio.Task[bool]] = set()
         lags = self.result.replay_lags_s
         ahead: deque[Session] = deque()  # sessions whose prompts are already built, in schedule order
         exhausted = False

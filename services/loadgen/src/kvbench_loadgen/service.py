@@ -8,7 +8,7 @@ from prometheus_client import Gauge
 
 from kvbench_contracts.commands import RunLoad
 from kvbench_contracts.envelope import Envelope
-from kvbench_contracts.events import RunCancelled
+from kvbench_contracts.events import RunCancelled, RunFinished
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -48,6 +48,15 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
                 stopped = runner.cancel_run(event.run_id)
                 log.info("run cancelled", extra={"run_id": event.run_id, "jobs_stopped": stopped})
 
+        async def on_finished(event: Envelope) -> None:
+            # every ending stops its load: a failed run's engines are torn down, and a load generator still
+            # driving them would only pour error records into the database
+            if isinstance(event, RunFinished):
+                stopped = runner.cancel_run(event.run_id)
+                if stopped:
+                    log.info("run ended, its load stopped", extra={"run_id": event.run_id, "jobs_stopped": stopped,
+                                                                   "status": event.status})  # fmt: skip
+
         bus.subscribe([RunLoad], on_command, durable="loadgen", filter_subject="kvbench.cmd.loadgen.>", batch=1)
         # every load generator hears every cancel (its own durable), and stops the jobs it runs
         bus.subscribe(
@@ -55,6 +64,13 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
             on_cancelled,
             durable=f"loadgen-{settings.shard_id}-cancels",
             filter_subject=RunCancelled.subject_filter(),
+            deliver_new=True,
+        )
+        bus.subscribe(
+            [RunFinished],
+            on_finished,
+            durable=f"loadgen-{settings.shard_id}-endings",
+            filter_subject=RunFinished.subject_filter(),
             deliver_new=True,
         )
         await stop.wait()
