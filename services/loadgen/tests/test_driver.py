@@ -183,7 +183,7 @@ async def test_closed_loop_users_back_off_on_a_dead_engine_instead_of_spinning()
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every request fails at once
     router = Router([EngineEndpoint(node_id="n", engine_id="e", base_url=dead, metrics_url=dead + "/metrics")], "rr")
     traffic = {"shape": "synthetic_sessions", "synthetic": {"prefix_tokens": 4, "turns": 2, "output_tokens": 2}}
-    driver, records = await _drive(_config(load_level=2, duration_s=1.5), build_source(traffic, users=2), router)
+    _, records = await _drive(_config(load_level=2, duration_s=1.5), build_source(traffic, users=2), router)
     assert records
     assert not any(r.ok for r in records)
     # doubling back-off from 50 ms: about five failed sessions per user in 1.5 s, where a spinning user makes hundreds
