@@ -86,14 +86,19 @@ def test_agents_on_two_hosts_join_a_listening_control_plane_and_run_a_plan(
         with httpx.Client(timeout=10) as client:
             deadline = time.monotonic() + 60
             while True:
-                groups = {g["name"]: g for g in client.get(f"{state.api_url}/v1/cluster-groups").json()}
+                groups = {
+                    g["name"]: g for g in client.get(f"{state.api_url}/v1/cluster-groups", headers=headers).json()
+                }
                 up = [m["name"] for m in groups.get("lab", {}).get("machines", []) if m["up"]]
                 if len(up) == 2:
                     break
                 logs = {ns: (tmp_path / ns / "agent.log").read_text()[-800:] for ns, _ in hosts}
                 assert time.monotonic() < deadline, f"the agents did not join: {logs}"
                 time.sleep(1)
-            nodes = {b["inventory"]["node_id"]: b["inventory"] for b in client.get(f"{state.api_url}/v1/nodes").json()}
+            nodes = {
+                b["inventory"]["node_id"]: b["inventory"]
+                for b in client.get(f"{state.api_url}/v1/nodes", headers=headers).json()
+            }
             assert {nodes[ns]["address"] for ns, _ in hosts} == {a for _, a in hosts}
 
             plan = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
@@ -109,7 +114,7 @@ def test_agents_on_two_hosts_join_a_listening_control_plane_and_run_a_plan(
             assert created.status_code == 201, created.text
             run_id = created.json()["run_id"]
             deadline = time.monotonic() + 240
-            while (status := client.get(f"{state.api_url}/v1/runs/{run_id}").json())["status"] not in (
+            while (status := client.get(f"{state.api_url}/v1/runs/{run_id}", headers=headers).json())["status"] not in (
                 "succeeded", "failed", "cancelled",
             ):  # fmt: skip
                 assert time.monotonic() < deadline, status
@@ -117,6 +122,9 @@ def test_agents_on_two_hosts_join_a_listening_control_plane_and_run_a_plan(
             assert status["status"] == "succeeded", status
             assert sorted(status["nodes"]) == sorted(ns for ns, _ in hosts)  # the group's two hosts ran it
         report = fetch_report(Endpoints(state.api_url, state.report_url, token), run_id)
+        # the control plane listens for other machines: its reads want the token, the reporter's too
+        assert httpx.get(f"{state.report_url}/v1/runs/{run_id}/report").status_code == 401
+        assert httpx.get(f"{state.api_url}/v1/runs/{run_id}").status_code == 401
         workload = report["workloads"][0]
         assert workload["requests"] > 0
     finally:

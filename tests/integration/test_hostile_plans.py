@@ -108,7 +108,7 @@ def client(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClien
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_a_hostile_plan_is_refused_everywhere_and_creates_nothing(client: TestClient, case: str) -> None:
     body, mentioned = HOSTILE[case]
-    before = {r["run_id"] for r in client.get("/v1/runs").json()}
+    before = {r["run_id"] for r in client.get("/v1/runs", headers=AUTH).json()}
     offline = review_text(body)
     assert not offline.valid, case
     for path in ("/v1/plans/validate", "/v1/runs"):
@@ -119,7 +119,7 @@ def test_a_hostile_plan_is_refused_everywhere_and_creates_nothing(client: TestCl
         text = str(problems)
         assert mentioned in text, (case, text[:500])
         assert all(p.get("fix") for p in problems if isinstance(p, dict)), (case, text[:500])
-    assert {r["run_id"] for r in client.get("/v1/runs").json()} == before, case
+    assert {r["run_id"] for r in client.get("/v1/runs", headers=AUTH).json()} == before, case
 
 
 def test_a_body_larger_than_the_limit_is_refused_without_a_length_too(client: TestClient) -> None:

@@ -54,7 +54,7 @@ def test_api_and_offline_review_agree(client: TestClient) -> None:
 
 
 def test_bad_input_gets_a_clear_4xx_and_changes_nothing(client: TestClient) -> None:
-    before = client.get("/v1/runs").json()
+    before = client.get("/v1/runs", headers=AUTH).json()
     cases = [b"version: [1", b"[1, 2]", b'{"version": 1, "name": "x", "workloads": "no"}', b"\xff\xfe"]
     for body in cases:
         response = client.post("/v1/runs", content=body, headers={**YAML, **AUTH})
@@ -64,7 +64,14 @@ def test_bad_input_gets_a_clear_4xx_and_changes_nothing(client: TestClient) -> N
         assert all(e["message"] and e["fix"] for e in entries)
     huge = client.post("/v1/runs", content=b"#" * 2_000_000, headers={**YAML, **AUTH})
     assert huge.status_code == 413
-    assert client.get("/v1/runs").json() == before
+    assert client.get("/v1/runs", headers=AUTH).json() == before
+
+
+def test_reads_that_show_plans_machines_or_switches_need_the_token_too(client: TestClient) -> None:
+    for path in ("/v1/runs", "/v1/nodes", "/v1/cluster-groups", "/v1/secrets", "/v1/switches"):
+        assert client.get(path).status_code == 401, path
+        assert client.get(path, headers=AUTH).status_code == 200, path
+    assert client.get("/v1/catalog/stacks").status_code == 200  # the catalog is public
 
 
 def test_mutations_need_the_bearer_token(client: TestClient) -> None:
@@ -77,7 +84,7 @@ def test_mutations_need_the_bearer_token(client: TestClient) -> None:
     created = client.post("/v1/runs", content=demo, headers={**YAML, **AUTH})
     assert created.status_code == 201
     run_id = created.json()["run_id"]
-    run = client.get(f"/v1/runs/{run_id}").json()
+    run = client.get(f"/v1/runs/{run_id}", headers=AUTH).json()
     assert len(run["jobs"]) == 3
     assert client.post(f"/v1/runs/{run_id}/cancel", headers=AUTH).json()["status"] == "cancelled"
 
@@ -116,7 +123,7 @@ def test_cluster_groups_from_registered_machines(client: TestClient) -> None:
             break
         time.sleep(0.05)
     assert created.status_code == 201
-    groups = {g["name"]: g for g in client.get("/v1/cluster-groups").json()}
+    groups = {g["name"]: g for g in client.get("/v1/cluster-groups", headers=AUTH).json()}
     assert groups[name]["machines"][0]["gpu_model"] == "L40S"
     assert groups[name]["machines"][0]["up"] is False
     plan = (
@@ -152,7 +159,7 @@ def test_cluster_groups_from_registered_machines(client: TestClient) -> None:
 def test_secrets_are_write_only(client: TestClient) -> None:
     value = "hf_" + uuid.uuid4().hex
     assert client.put("/v1/secrets/hf-token", json={"value": value}, headers=AUTH).status_code == 204
-    listed = client.get("/v1/secrets")
+    listed = client.get("/v1/secrets", headers=AUTH)
     assert {"name": "hf-token"} in listed.json()
     assert value not in listed.text
     assert client.put("/v1/secrets/Bad Name", json={"value": "x"}, headers=AUTH).status_code == 422
@@ -172,18 +179,20 @@ def test_switches_are_connected_with_a_credential_that_is_never_returned(client:
     created = client.post("/v1/switches", json=body, headers=AUTH)
     assert created.status_code == 201, created.text
     assert credential not in created.text
-    listed = client.get("/v1/switches")
+    listed = client.get("/v1/switches", headers=AUTH)
     # other tests' deployments share this NATS and may have connected their simulated leaf
     (leaf1,) = [s for s in listed.json()["connected"] if s["name"] == "leaf1"]
     assert leaf1["ignore_ports"] == ["mgmt0"]
     assert credential not in listed.text
-    assert {"name": "switch-leaf1"} in client.get("/v1/secrets").json()  # stored as a secret, by name only
+    assert {"name": "switch-leaf1"} in client.get(
+        "/v1/secrets", headers=AUTH
+    ).json()  # stored as a secret, by name only
     bad = client.post("/v1/switches", json={**body, "snmp_version": "1"}, headers=AUTH)
     assert bad.status_code == 422
     assert credential not in bad.text
     assert client.delete("/v1/switches/leaf1", headers=AUTH).status_code == 204
     assert client.delete("/v1/switches/leaf1", headers=AUTH).status_code == 404
-    assert {"name": "switch-leaf1"} not in client.get("/v1/secrets").json()
+    assert {"name": "switch-leaf1"} not in client.get("/v1/secrets", headers=AUTH).json()
 
 
 def test_catalog_says_why_a_stack_cannot_be_chosen(client: TestClient) -> None:

@@ -49,7 +49,7 @@ def fetch_report(endpoints: Endpoints, run_id: str, html: bool = False, wait_s: 
     deadline = time.monotonic() + wait_s
     with httpx.Client(timeout=30.0) as client:
         while True:
-            response = client.get(f"{endpoints.report_url}/v1/runs/{run_id}/{suffix}")
+            response = client.get(f"{endpoints.report_url}/v1/runs/{run_id}/{suffix}", headers=endpoints.headers())
             if response.status_code == 200:
                 return response.text if html else response.json()
             if response.status_code not in (404, 409) or time.monotonic() > deadline:

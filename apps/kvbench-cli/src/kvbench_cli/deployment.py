@@ -58,6 +58,10 @@ class DeploymentState:
     api_token_file: str | None = None  # the API's bearer token (mode 600), with --listen
     notes: list[str] = field(default_factory=list)  # what up decided that a person should know (ports moved)
 
+    def api_headers(self) -> dict[str, str]:
+        """What a request to this deployment's planner or reporter carries: its API token, when it has one."""
+        return {"Authorization": f"Bearer {read_secret(Path(self.api_token_file))}"} if self.api_token_file else {}
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -256,9 +260,8 @@ class LocalDeployment:
             "snmp_version": "2c",
             "credential": community,
         }
-        headers = {"Authorization": f"Bearer {read_secret(Path(state.api_token_file))}"} if state.api_token_file else {}
         with httpx.Client(timeout=10.0) as client:
-            response = client.post(f"{state.api_url}/v1/switches", json=body, headers=headers)
+            response = client.post(f"{state.api_url}/v1/switches", json=body, headers=state.api_headers())
         if response.status_code != 201:
             raise StartupError(f"could not connect the simulated switch: HTTP {response.status_code}")
 
@@ -312,7 +315,7 @@ class LocalDeployment:
                     time.sleep(0.1)
             while state.sim_machines:
                 with contextlib.suppress(httpx.HTTPError):
-                    nodes = client.get(f"{state.api_url}/v1/nodes").json()
+                    nodes = client.get(f"{state.api_url}/v1/nodes", headers=state.api_headers()).json()
                     if len(nodes) >= state.sim_machines:
                         return
                 if time.monotonic() > deadline:

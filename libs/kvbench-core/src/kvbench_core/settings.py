@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kvbench_core.bus import NatsAuth
 
-__all__ = ["ServiceSettings", "load_settings", "read_secret_file"]
+__all__ = ["ApiTokenSettings", "ServiceSettings", "load_settings", "read_secret_file"]
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -66,6 +66,46 @@ class ServiceSettings(BaseSettings):
         if token is None and self.nats_token_file:
             token = read_secret_file(Path(self.nats_token_file))
         return NatsAuth(token, self.nats_creds)
+
+
+class ApiTokenSettings(ServiceSettings):
+    """The HTTP API's bearer token, for the services that serve one (planner, reporter): one variable for both and
+    for the CLI (KVBENCH_API_TOKEN), or a file holding it (KVBENCH_API_TOKEN_FILE, what `kvbench up --listen` sets)."""
+
+    # one name for the token on both sides: the CLI sends KVBENCH_API_TOKEN (the planner's own name still works)
+    api_token: SecretStr | None = Field(  # type: ignore[pydantic-alias]  # two env names, read by pydantic-settings
+        default=None,
+        validation_alias=AliasChoices("KVBENCH_API_TOKEN", "KVBENCH_PLANNER_API_TOKEN"),
+        description="Bearer token for mutating endpoints; unset = no auth",
+    )
+    api_token_file: str | None = Field(  # type: ignore[pydantic-alias]  # two env names, as api_token
+        default=None,
+        validation_alias=AliasChoices("KVBENCH_API_TOKEN_FILE", "KVBENCH_PLANNER_API_TOKEN_FILE"),
+        description="A file (mode 600) holding the bearer token (kvbench up --listen writes one)",
+    )
+
+    @field_validator("api_token")
+    @classmethod
+    def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value() in ("", "changethis", "changeme"):
+            raise ValueError("KVBENCH_API_TOKEN is a placeholder; set a real token or leave it unset")
+        return value
+
+    @field_validator("api_token_file")
+    @classmethod
+    def _token_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                read_secret_file(Path(value))
+            except OSError as exc:
+                raise ValueError(f"KVBENCH_API_TOKEN_FILE: cannot read {value} ({exc.strerror})") from None
+        return value
+
+    def bearer_token(self) -> str | None:
+        """The token mutating requests must carry, or None when the API is open."""
+        if self.api_token is not None:
+            return self.api_token.get_secret_value()
+        return read_secret_file(Path(self.api_token_file)) if self.api_token_file else None
 
 
 def read_secret_file(path: Path) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 
 import httpx
@@ -33,6 +34,8 @@ from kvbench_reporter.settings import ReporterSettings
 from kvbench_reporter.store import Store
 
 __all__ = ["Reporter", "main", "run"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 log = logging.getLogger("kvbench_reporter")
 
@@ -191,13 +194,31 @@ class Reporter:
         async def openapi(_: web.Request) -> web.Response:
             return web.json_response(openapi_document())
 
+        guarded = self._guarded
         return [
-            web.get("/v1/runs/{run_id}/report", report_json),
-            web.get("/v1/runs/{run_id}/report.html", report_html),
-            web.get("/v1/runs/{run_id}/records", records_jsonl),
+            web.get("/v1/runs/{run_id}/report", guarded(report_json)),
+            web.get("/v1/runs/{run_id}/report.html", guarded(report_html)),
+            web.get("/v1/runs/{run_id}/records", guarded(records_jsonl)),
             web.get("/v1/reports/schema", report_schema),
             web.get("/openapi.json", openapi),
         ]
+
+    def _guarded(self, handler: Handler) -> Handler:
+        """A run's reports and records need the API's bearer token when one is set, as the planner's reads do."""
+        expected = self.settings.bearer_token()
+        if expected is None:
+            return handler
+
+        async def checked(request: web.Request) -> web.StreamResponse:
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ").encode("utf-8", "surrogateescape")
+            if not secrets.compare_digest(given, expected.encode("utf-8")):
+                return web.json_response(
+                    {"detail": "a valid bearer token is required (Authorization: Bearer ...; KVBENCH_API_TOKEN)"},
+                    status=401,
+                )
+            return await handler(request)
+
+        return checked
 
     async def _not_ready(self, run_id: str) -> web.Response:
         run = await self.store.run(run_id)

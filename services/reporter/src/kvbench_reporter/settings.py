@@ -3,12 +3,12 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from kvbench_core.settings import ServiceSettings
+from kvbench_core.settings import ApiTokenSettings
 
 __all__ = ["ReporterSettings"]
 
 
-class ReporterSettings(ServiceSettings):
+class ReporterSettings(ApiTokenSettings):
     model_config = SettingsConfigDict(env_prefix="KVBENCH_REPORTER_", extra="ignore", frozen=True)
 
     database_url: str = Field(validation_alias="KVBENCH_DATABASE_URL", description="PostgreSQL DSN")

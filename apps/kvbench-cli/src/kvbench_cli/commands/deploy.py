@@ -110,8 +110,8 @@ def _answers(url: str) -> bool:
 def _planner_view(client: httpx.Client, state: Any) -> tuple[list[Any] | None, list[dict[str, Any]]]:
     """The machines heartbeating and the runs in progress, as the planner sees them (None: it does not answer)."""
     try:
-        nodes = client.get(f"{state.api_url}/v1/nodes").json()
-        runs = client.get(f"{state.api_url}/v1/runs").json()
+        nodes = client.get(f"{state.api_url}/v1/nodes", headers=state.api_headers()).json()
+        runs = client.get(f"{state.api_url}/v1/runs", headers=state.api_headers()).json()
     except (httpx.HTTPError, ValueError):
         return None, []
     return nodes, [r for r in runs if r["status"] in ("pending", "running")]

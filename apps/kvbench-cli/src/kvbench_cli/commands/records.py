@@ -23,7 +23,9 @@ def cmd_records_export(args: argparse.Namespace) -> int:
     out = Path(args.output or f"{args.run_id}.{args.format}")
     with (
         httpx.Client(timeout=httpx.Timeout(30.0, read=300.0)) as client,
-        client.stream("GET", f"{endpoints.report_url}/v1/runs/{args.run_id}/records") as response,
+        client.stream(
+            "GET", f"{endpoints.report_url}/v1/runs/{args.run_id}/records", headers=endpoints.headers()
+        ) as response,
     ):
         if response.status_code != 200:
             raise ApiError(f"records of {args.run_id}: HTTP {response.status_code}", response.status_code)

@@ -60,7 +60,7 @@ def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[s
         ) as progress:
             task = progress.add_task("starting", total=1.0)
             while True:
-                status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}").json()
+                status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}", headers=endpoints.headers()).json()
                 running = [j for j in status["jobs"] if j["status"] == "running"]
                 label = (
                     f"{status['status']} · {running[0]['workload']} (load {running[0]['load_level']:g}, "

@@ -87,7 +87,8 @@ MetricsDep = Annotated[PlannerMetrics, Depends(_metrics)]
 def require_token(
     settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    """Mutating endpoints need the bearer token from settings (when one is set)."""
+    """Mutating endpoints, and reads that show plans, machines or switches, need the bearer token from settings
+    (when one is set)."""
     expected = settings.bearer_token()
     if expected is None:
         return

@@ -12,13 +12,13 @@ from kvbench_planner.api.schemas import ClusterGroupCreated, ClusterGroupIn, Clu
 router = APIRouter()
 
 
-@router.get("/v1/nodes", tags=["nodes"])
+@router.get("/v1/nodes", tags=["nodes"], dependencies=authorized)
 async def nodes(machines: RegistryDep) -> list[Heartbeat]:
     """Machines whose agent is heartbeating now, with their inventory."""
     return list(machines.live_nodes().values())
 
 
-@router.get("/v1/cluster-groups", tags=["cluster groups"])
+@router.get("/v1/cluster-groups", tags=["cluster groups"], dependencies=authorized)
 async def list_groups(machines: RegistryDep) -> list[ClusterGroupOut]:
     live = machines.live_nodes()
     explicit = machines.explicit_groups()

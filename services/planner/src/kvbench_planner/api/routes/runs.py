@@ -61,7 +61,7 @@ async def create_run(
     return JSONResponse(created.model_dump(mode="json"), status_code=201)
 
 
-@router.get("/v1/runs")
+@router.get("/v1/runs", dependencies=authorized)
 async def list_runs(conductor: ConductorDep) -> list[RunSummary]:
     runs = sorted(conductor.runs.values(), key=lambda s: s.created_at, reverse=True)
     return [
@@ -76,7 +76,7 @@ async def list_runs(conductor: ConductorDep) -> list[RunSummary]:
     ]
 
 
-@router.get("/v1/runs/{run_id}", responses=_NO_RUN)
+@router.get("/v1/runs/{run_id}", dependencies=authorized, responses=_NO_RUN)
 async def get_run(run_id: str, conductor: ConductorDep) -> RunDetail:
     state = conductor.runs.get(run_id)
     if state is None:

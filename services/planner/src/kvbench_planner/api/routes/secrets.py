@@ -15,7 +15,7 @@ router = APIRouter(tags=["secrets"])
 log = logging.getLogger("kvbench_planner")
 
 
-@router.get("/v1/secrets")
+@router.get("/v1/secrets", dependencies=authorized)
 async def list_secrets(machines: RegistryDep) -> list[SecretName]:
     """Names only: a secret's value is never returned."""
     return [SecretName(name=n) for n in machines.secret_names()]

@@ -15,7 +15,7 @@ router = APIRouter(tags=["switches"])
 log = logging.getLogger("kvbench_planner")
 
 
-@router.get("/v1/switches")
+@router.get("/v1/switches", dependencies=authorized)
 async def list_switches(machines: RegistryDep) -> Switches:
     """Connected switches (never their credentials) and the switches the machines' LLDP found, so you know
     which ones to connect."""
