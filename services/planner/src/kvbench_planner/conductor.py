@@ -53,6 +53,8 @@ CONTROL_EVENTS: tuple[type[Envelope], ...] = (
     JobProgressed,
 )
 
+HEARTBEAT_GRACE_S = 10.0  # after the bus comes back: about three of an agent's heartbeats (KV TTL 15 s)
+
 NODE_UNRESPONSIVE = Problem(
     code="node_unresponsive",
     message="A node stopped responding",
@@ -378,14 +380,30 @@ class Conductor:
             self._waiters.pop(f"stopped:{dep}", None)
 
     async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event) -> None:
+        """Only an expired heartbeat means a lost node. The bus itself failing (a NATS server down or restarting,
+        a timeout) is not a node's fault: the watcher waits for it to come back, and after it does gives the agents
+        a heartbeat's time to write again before it counts a missing key."""
         kv = await self.bus.kv("kvbench_nodes")
+        bus_back_at = 0.0  # when the bus answered again after failing
+        failing = False
         while not stop.is_set():
             await asyncio.sleep(1.0)
             for node_id in node_ids:
                 try:
                     await kv.get(node_id)
                 except nats.js.errors.KeyNotFoundError:
+                    if time.monotonic() - bus_back_at < HEARTBEAT_GRACE_S:
+                        continue  # the agent may not have written since the bus came back
                     raise RunFailedError.node_unresponsive(node_id) from None
+                except Exception as exc:  # the bus, not the node: a timeout, a lost connection
+                    if not failing:
+                        log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
+                    failing = True
+                    break
+                else:
+                    if failing:
+                        failing, bus_back_at = False, time.monotonic()
+                        log.info("the bus answers again")
 
     async def _run_workload(self, state: RunState, index: int, workload: Workload, jobs: list[JobState]) -> None:
         nodes = await self._nodes_for(workload)

@@ -45,6 +45,7 @@ class Poller:
         """``poll``: one reader for every switch (tests); by default each switch's protocol picks its driver."""
         self._switches, self._secrets, self._publish, self._poll = switches, secrets, publish, poll
         self.status: dict[str, SwitchStatus] = {}
+        self.failing_rounds = 0  # consecutive polling rounds that failed (health says so)
 
     def configs(self) -> list[SwitchConfig]:
         out = []
@@ -80,10 +81,20 @@ class Poller:
         await self._publish(SwitchUnread(switch=config.name, reason=reason))
 
     async def run(self, interval_s: float, stop: asyncio.Event) -> None:
+        """Poll every ``interval_s`` until ``stop``. A round that fails (the bus down, a publish timing out) never
+        ends the loop: it is logged, and the next round waits longer (doubling up to a minute) until one succeeds."""
+        failures = 0
         while not stop.is_set():
             started = time.monotonic()
-            await self.poll_once()
-            remaining = interval_s - (time.monotonic() - started)
+            try:
+                await self.poll_once()
+                failures = 0
+            except Exception:
+                failures += 1
+                log.exception("a polling round failed; retrying", extra={"failures": failures})
+            self.failing_rounds = failures
+            wait = interval_s if not failures else min(60.0, interval_s * 2**failures)
+            remaining = wait - (time.monotonic() - started)
             if remaining > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), remaining)

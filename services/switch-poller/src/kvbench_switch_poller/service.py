@@ -49,8 +49,10 @@ async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
             )
         )
 
+        polling: list[Poller] = []  # the poller once it exists: a failing round makes the service unhealthy
+
         async def healthy() -> bool:
-            return bus.nc.is_connected
+            return bus.nc.is_connected and not any(p.failing_rounds for p in polling)
 
         await stack.enter_async_context(ops_server(registry, settings.ops_port, healthy))
         switches = await KvMirror(await bus.kv("kvbench_switches"), "kvbench_switches").start()
@@ -59,6 +61,7 @@ async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(secrets.stop)
         unread = Gauge(metric_name("switch_poller", "switches_unread", "count"), "Switches not read", registry=registry)
         poller = Poller(switches.snapshot, secrets.snapshot, bus.publish)
+        polling.append(poller)
 
         async def count() -> None:
             while not stop.is_set():

@@ -1,0 +1,41 @@
+"""The polling loop never dies of a failed round (a publish that times out while the bus is down): it keeps going,
+backs off, and says so through ``failing_rounds`` (the service's health)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.fabric import SwitchConfig
+from kvbench_switch_poller.poller import Poller
+from kvbench_switch_poller.reading import SwitchPoll
+
+
+async def test_a_failing_round_is_survived_and_reported_until_one_succeeds() -> None:
+    config = SwitchConfig(name="leaf1", address="10.0.0.1", snmp_version="2c", secret="leaf1-login")
+    published: list[Envelope] = []
+    outage = {"rounds": 2}
+    seen_failing: list[int] = []
+
+    async def publish(event: Envelope) -> None:
+        if outage["rounds"] > 0:
+            outage["rounds"] -= 1
+            raise TimeoutError("nats: timeout")  # what a publish raises while the bus is down
+        published.append(event)
+
+    async def read(config: SwitchConfig, _: str) -> SwitchPoll:
+        return SwitchPoll(switch=config.name, sys_name=config.name, uptime_ticks=1)
+
+    poller = Poller(lambda: {"leaf1": config.model_dump_json().encode()}, lambda: {"leaf1-login": b"c"}, publish, read)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(poller.run(0.01, stop))
+    for _ in range(400):
+        seen_failing.append(poller.failing_rounds)
+        if published:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(loop, 5)
+    assert published, "the loop died or never recovered"
+    assert max(seen_failing) >= 1  # unhealthy while it failed
+    assert poller.failing_rounds == 0  # healthy again once a round succeeded

@@ -1,0 +1,53 @@
+"""The conductor's node watcher against a real NATS that stops answering: the bus failing is not a lost node (the
+run goes on), a heartbeat key that expires is (the run fails with node_unresponsive)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kvbench_core.bus import Bus
+from kvbench_core.embedded import EmbeddedNats
+from kvbench_planner import conductor as conducting
+from kvbench_planner.conductor import Conductor, RunFailedError
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_frozen_bus_is_waited_out_and_a_missing_heartbeat_still_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conducting, "HEARTBEAT_GRACE_S", 2.0)  # a short grace, so the test is short
+    server = EmbeddedNats(tmp_path / "nats").start()
+    assert server.pid is not None
+    try:
+        async with Bus.connect(server.url, name="watch-test") as bus:
+            kv = await bus.kv("kvbench_nodes")
+            await kv.put("gpu-a", b"{}")
+            stop = asyncio.Event()
+            watcher = asyncio.create_task(Conductor._watch_nodes(SimpleNamespace(bus=bus), ["gpu-a"], stop))  # type: ignore[arg-type]
+            await asyncio.sleep(1.5)
+            os.kill(server.pid, signal.SIGSTOP)  # the server stops answering: every KV read times out
+            await asyncio.sleep(8)
+            os.kill(server.pid, signal.SIGCONT)
+            await asyncio.sleep(2)
+            assert not watcher.done(), watcher.exception() if watcher.done() else None  # the outage is no lost node
+            await kv.delete("gpu-a")  # the agent's heartbeat is gone for good
+            deadline = time.monotonic() + 15
+            while not watcher.done():
+                assert time.monotonic() < deadline, "a missing heartbeat was never noticed"
+                await asyncio.sleep(0.2)
+            with pytest.raises(RunFailedError) as lost:
+                watcher.result()
+            assert lost.value.problem.code == "node_unresponsive"
+            stop.set()
+    finally:
+        if server.pid:
+            os.kill(server.pid, signal.SIGCONT)
+        server.stop()
