@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from kvbench_cli.deployment import LocalDeployment
+from kvbench_core.settings import read_secret_file
 
 __all__ = ["ApiError", "Endpoints", "fetch_report", "resolve_endpoints"]
 
@@ -39,7 +40,7 @@ def resolve_endpoints(state_dir: Path, api: str | None, report: str | None) -> E
         raise ApiError("no kvbench to talk to: run `kvbench up` (or `make up`), or pass --api and --report-api")
     token = os.environ.get("KVBENCH_API_TOKEN")
     if token is None and state is not None and state.api_token_file and not api:
-        token = Path(state.api_token_file).read_text(encoding="utf-8").strip()  # `up --listen` made one
+        token = read_secret_file(Path(state.api_token_file))  # `up --listen` made one
     return Endpoints(api_url, report_url, token)
 
 

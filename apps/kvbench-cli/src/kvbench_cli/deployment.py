@@ -22,6 +22,7 @@ import httpx
 
 from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
 from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid
+from kvbench_core.settings import read_secret_file
 
 __all__ = ["DeploymentState", "LocalDeployment", "StartupError"]
 
@@ -60,7 +61,7 @@ class DeploymentState:
 
     def api_headers(self) -> dict[str, str]:
         """What a request to this deployment's planner or reporter carries: its API token, when it has one."""
-        return {"Authorization": f"Bearer {read_secret(Path(self.api_token_file))}"} if self.api_token_file else {}
+        return {"Authorization": f"Bearer {read_secret_file(Path(self.api_token_file))}"} if self.api_token_file else {}
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,10 +79,6 @@ class DeploymentState:
 SIM_SWITCH = "sim-leaf"
 # the control plane's ports with --listen: the compose stack's, so agents' settings do not depend on how it runs
 DEFAULT_PORTS = {"nats": 4222, "planner": 8700, "reporter": 8701}
-
-
-def read_secret(path: Path) -> str:
-    return path.read_text(encoding="utf-8").strip()
 
 
 class LocalDeployment:
@@ -124,7 +121,7 @@ class LocalDeployment:
                 token_file = self._secret_file("nats-token")
                 state.nats_token_file = str(token_file)
                 port = self._port(state, "NATS", host, DEFAULT_PORTS["nats"] if listen else 0)
-                nats = EmbeddedNats(self.state_dir / "nats", port=port, listen=host, token=read_secret(token_file))
+                nats = EmbeddedNats(self.state_dir / "nats", port=port, listen=host, token=read_secret_file(token_file))
                 nats.start()
                 state.nats_url, state.nats_pid = nats.url, nats.pid
                 state.save(self.state_path)
@@ -335,7 +332,7 @@ class LocalDeployment:
             return []
         stopped: list[str] = []
         if state.sim_switch:  # disconnect it first, so no poller keeps reading a switch that is gone
-            token = read_secret(Path(state.api_token_file)) if state.api_token_file else None
+            token = read_secret_file(Path(state.api_token_file)) if state.api_token_file else None
             with contextlib.suppress(httpx.HTTPError, OSError), httpx.Client(timeout=5.0) as client:
                 headers = {"Authorization": f"Bearer {token}"} if token else {}
                 client.delete(f"{state.api_url}/v1/switches/{state.sim_switch}", headers=headers)

@@ -242,10 +242,9 @@ class Driver:
         return time.monotonic() < self._deadline
 
     async def _gap(self, seconds: float) -> bool:
-        """Wait a session's recorded gap; False when the load ends first."""
-        if seconds > 0 and self.config.honor_gaps:
-            await asyncio.sleep(min(self._wall(seconds), max(0.0, self._deadline - time.monotonic())))
-        return time.monotonic() < self._deadline
+        """Wait a session's recorded gap (engine seconds); False when the load ends first."""
+        honored = seconds if seconds > 0 and self.config.honor_gaps else 0.0
+        return await self._gap_wall(self._wall(honored))
 
     async def _session(self, session: Session) -> bool:
         """Every turn of one session in order (gaps between them); False when its last request failed."""

@@ -31,7 +31,7 @@ from kvbench_node_agent.normalize import normalize
 from kvbench_node_agent.preflight import preflight
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_node_agent.settings import NodeAgentSettings
-from kvbench_stacks.recipes import EngineSettings, PoolMachine, RenderContext, UnknownStackError, render
+from kvbench_stacks.recipes import PoolMachine, RenderContext, UnknownStackError, render
 
 __all__ = ["NodeAgent", "main"]
 
@@ -137,16 +137,8 @@ class NodeAgent:
                 vendor=self.inventory.vendor or "nvidia",
             )
         ]
-        ctx = RenderContext(
-            stack=command.stack,
-            model=command.model,
-            engine=EngineSettings.model_validate(command.engine.model_dump()),
-            kv_tier=command.kv_tier,
-            sizing=command.sizing.model_dump(mode="json"),
-            network=command.network.model_dump(mode="json"),
-            machines=machines,
-            routing=command.routing,
-        )
+        ctx = RenderContext.for_pool(command.stack, command.model, command.engine, command.kv_tier, command.sizing,
+                                     command.network, machines, command.routing)  # fmt: skip
         try:
             specs = render(ctx).get(self.node_id, [])
         except UnknownStackError as exc:

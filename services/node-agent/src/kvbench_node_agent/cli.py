@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kvbench_core.bus import NatsAuth
+
 __all__ = ["main"]
 
 # flag -> environment variable (what the settings read)
@@ -112,7 +114,7 @@ def check_state_dir(path: Path) -> None:
         ) from None
 
 
-def check_bus(url: str, token: str | None, creds: str | None, timeout_s: float = 5.0) -> None:
+def check_bus(url: str, auth: NatsAuth, timeout_s: float = 5.0) -> None:
     """The bus answers at ``url`` and takes this machine's token."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 4222
@@ -125,19 +127,15 @@ def check_bus(url: str, token: str | None, creds: str | None, timeout_s: float =
             f"start the control plane with `kvbench up --listen ADDR` on a machine this one reaches, open TCP {port} "
             "there, and pass --nats nats://ADDR:4222",
         ) from None
-    asyncio.run(_try_connect(url, token, creds, timeout_s))
+    asyncio.run(_try_connect(url, auth, timeout_s))
 
 
-async def _try_connect(url: str, token: str | None, creds: str | None, timeout_s: float) -> None:
+async def _try_connect(url: str, auth: NatsAuth, timeout_s: float) -> None:
     import nats  # noqa: PLC0415 (only when checking)
-    import nats.errors  # noqa: PLC0415
 
-    options: dict[str, object] = {"token": token} if token else {}
-    if creds:
-        options["user_credentials"] = creds
     try:
         client = await nats.connect(url, connect_timeout=timeout_s, allow_reconnect=False, max_reconnect_attempts=0,
-                                    **options)  # fmt: skip
+                                    **auth.connect_options())  # fmt: skip
     except Exception as exc:  # nats-py raises its own errors and plain ones alike
         refused = "authorization" in str(exc).lower()
         raise AgentConfigError(
@@ -165,8 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = load_settings(NodeAgentSettings)  # names each bad variable and exits 2
     try:
         check_state_dir(Path(settings.state_dir))
-        auth = settings.nats_auth()
-        check_bus(settings.nats_url, auth.token, auth.creds_file)
+        check_bus(settings.nats_url, settings.nats_auth())
     except AgentConfigError as exc:
         _refuse(exc)
     where = f"group {settings.group}" if settings.group else "no group"

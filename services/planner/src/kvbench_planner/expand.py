@@ -10,7 +10,7 @@ from kvbench_contracts.plan import Plan, Workload
 from kvbench_planner.cluster import Machine
 from kvbench_stacks.catalog import CATALOG, StackSpec
 from kvbench_stacks.hardware import find_model, gpu_spec
-from kvbench_stacks.recipes import EngineSettings, PoolMachine, RenderContext, render
+from kvbench_stacks.recipes import PoolMachine, RenderContext, render
 
 __all__ = ["estimate_job_s", "expand_plan"]
 
@@ -56,15 +56,8 @@ def _commands(w: Workload, machines: list[Machine]) -> dict[str, list[dict[str, 
         PoolMachine(name=m.name, host=m.name, gpus=w.sizing.gpus_per_machine or m.gpus, vendor=m.vendor or "nvidia")
         for m in machines
     ]
-    ctx = RenderContext(
-        stack=w.stack,
-        model=w.model,
-        engine=EngineSettings.model_validate(w.engine.model_dump()),
-        kv_tier=w.kv_tier,
-        sizing=w.sizing.model_dump(mode="json"),
-        network=w.network.model_dump(mode="json"),
-        machines=pool,
-        routing=w.measurement.routing,
+    ctx = RenderContext.for_pool(
+        w.stack, w.model, w.engine, w.kv_tier, w.sizing, w.network, pool, w.measurement.routing
     )
     return {
         name: [

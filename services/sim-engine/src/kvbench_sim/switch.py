@@ -28,6 +28,8 @@ from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 from pysnmp.proto.rfc1902 import Counter32, Counter64, Gauge32, Integer32, OctetString, TimeTicks
 
+from kvbench_core.settings import read_secret_file
+
 __all__ = ["SimSwitch", "SnmpV2cResponder", "main"]
 
 log = logging.getLogger("kvbench_sim.switch")
@@ -177,7 +179,7 @@ class SnmpV2cResponder(asyncio.DatagramProtocol):
 def _bus_token() -> str | None:
     """The bus's token: a file path in the environment (KVBENCH_NATS_TOKEN_FILE), as for every service."""
     token_file = os.environ.get("KVBENCH_NATS_TOKEN_FILE")
-    return Path(token_file).read_text(encoding="utf-8").strip() if token_file else None
+    return read_secret_file(Path(token_file)) if token_file else None
 
 
 async def _run(args: argparse.Namespace, stop: asyncio.Event) -> None:

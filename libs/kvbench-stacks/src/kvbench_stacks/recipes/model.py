@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.commands import PoolMachine
+from kvbench_contracts.plan import EngineSpec, NetworkSpec, Sizing
 
 __all__ = ["EngineSettings", "PoolMachine", "ProcessSpec", "RenderContext", "Role"]
 
@@ -50,3 +51,19 @@ class RenderContext(BaseModel):
     network: dict[str, Any] = Field(default_factory=dict)
     machines: list[PoolMachine] = Field(min_length=1)
     routing: str = "round_robin"
+
+    @classmethod
+    def for_pool(cls, stack: str, model: str, engine: EngineSpec, kv_tier: str, sizing: Sizing, network: NetworkSpec,
+                 machines: list[PoolMachine], routing: str) -> RenderContext:  # fmt: skip
+        """The context of a workload's pool from the plan's own models (what the planner reviews and an agent
+        starts alike)."""
+        return cls(
+            stack=stack,
+            model=model,
+            engine=EngineSettings.model_validate(engine.model_dump()),
+            kv_tier=kv_tier,
+            sizing=sizing.model_dump(mode="json"),
+            network=network.model_dump(mode="json"),
+            machines=machines,
+            routing=routing,
+        )
