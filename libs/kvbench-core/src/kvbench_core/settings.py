@@ -6,6 +6,7 @@ service's prefix, so one environment file configures a whole deployment.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -102,10 +103,15 @@ class ApiTokenSettings(ServiceSettings):
         return value
 
     def bearer_token(self) -> str | None:
-        """The token mutating requests must carry, or None when the API is open."""
+        """The token requests must carry, or None when the API is open (a file is read once, not per request)."""
         if self.api_token is not None:
             return self.api_token.get_secret_value()
-        return read_secret_file(Path(self.api_token_file)) if self.api_token_file else None
+        return _token_in(self.api_token_file) if self.api_token_file else None
+
+
+@functools.cache
+def _token_in(path: str) -> str:
+    return read_secret_file(Path(path))
 
 
 def read_secret_file(path: Path) -> str:
