@@ -303,3 +303,43 @@ def test_every_plan_field_is_described() -> None:
             if not spec.get("description"):
                 missing.append(f"{name}.{field}")
     assert missing == []
+
+
+def test_a_simulated_workload_needs_a_model_the_simulator_knows() -> None:
+    sim = {"sim": {"machines": 2, "gpu": "L40S"}}
+    unknown = review_plan(
+        plan(
+            {"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu", "model": "acme/secret-model"},
+            cluster=sim,
+        )
+    )
+    assert not unknown.valid
+    (problem,) = [e for e in unknown.errors if e.field == "model"]
+    assert "simulator has no profile" in problem.message
+    assert "Qwen/Qwen3-8B" in problem.fix
+    known = review_plan(
+        plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu", "model": "Qwen/Qwen3-8B"}, cluster=sim)
+    )
+    assert known.valid, known.errors
+
+
+def test_the_fit_check_reads_the_same_weights_as_the_simulator() -> None:
+    # Qwen3-32B in BF16 is 65.6 GB: one L40S (48 GB) cannot hold it, two can; the simulator agrees
+    one = review_plan(
+        plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu", "model": "Qwen/Qwen3-32B"}),
+        {"lab": machines()}.get,
+    )
+    assert "model_does_not_fit" in {e.code for e in one.errors}
+    two = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "own_cache",
+                "stack": "vllm-prefix-gpu",
+                "model": "Qwen/Qwen3-32B",
+                "engine": {"tensor_parallel_size": 2},
+            }
+        ),
+        {"lab": machines(gpus=2)}.get,
+    )
+    assert "model_does_not_fit" not in {e.code for e in two.errors}

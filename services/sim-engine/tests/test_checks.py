@@ -10,10 +10,11 @@ import pytest
 
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_sim.batch import Cluster, Simulation
-from kvbench_sim.profiles import load_profile
+from kvbench_sim.profiles import EngineConfig, known_gpus, known_models, load_profile
 from kvbench_sim.stacks import layout_for
 from kvbench_sim.timing import StepTimer
 from kvbench_sim.whatif import measured_sources, run_job
+from kvbench_stacks.hardware import find_model, gpu_spec
 from kvbench_workloads.sessions import ReplaySession, Session, Turn
 from kvbench_workloads.sources import Source
 
@@ -296,3 +297,17 @@ def test_an_engine_waiting_on_a_slow_store_still_takes_new_requests_at_once() ->
     assert len(ttfts) == 5
     assert max(ttfts[1:]) < 1.5 * ttfts[0], ttfts  # each is a prefill, no store's wait
     assert figures["transfers_bytes"]["disk_store"] > 0
+
+
+def test_every_simulated_gpu_and_model_of_the_hardware_table_makes_a_profile() -> None:
+    assert "A100" not in known_gpus()  # in the table for the fit check, with no simulator profile
+    for gpu in known_gpus():
+        for model in known_models():
+            profile = load_profile(gpu, model, EngineConfig(tensor_parallel_size=8))
+            spec, facts = gpu_spec(gpu), find_model(model)
+            assert spec is not None
+            assert facts is not None
+            assert profile.gpu.mem_gb == spec.mem_gb
+            assert profile.model.weight_bytes == facts.weight_bytes
+    with pytest.raises(ValueError, match="unknown GPU 'A100'"):
+        load_profile("A100", "Qwen/Qwen3-8B")

@@ -1,81 +1,133 @@
-"""Known models and GPUs, for the model-fit check (weights must fit the tensor-parallel GPUs)."""
+"""The one table of models and GPUs (``models.yaml``, ``gpus.yaml``: data, validated on load).
+
+The planner checks that weights fit and estimates capacity from it, the agent declares a simulated host's GPUs
+from it, the reporter derives break-even bandwidth from it, and the simulator builds its profiles from it; so a
+model's weight size or a GPU's memory is written once.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Literal
 
-__all__ = ["GPUS", "KNOWN_MODELS", "GpuSpec", "KnownModel", "find_model", "gpu_spec", "min_tensor_parallel"]
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "GPUS",
+    "KNOWN_MODELS",
+    "WEIGHT_SHARE",
+    "Efficiency",
+    "GpuSimulation",
+    "KnownGpu",
+    "KnownModel",
+    "MoeSpec",
+    "find_model",
+    "gpu_spec",
+    "min_tensor_parallel",
+    "simulated_gpus",
+]
 
 # weights may take at most this share of the GPUs' memory; the rest is KV cache and activations
 WEIGHT_SHARE = 0.9
 
 
-@dataclass(frozen=True)
-class KnownModel:
-    id: str
-    params_b: float
-    dtype: str
-    bytes_per_param: float
-    layers: int
-    kv_heads: int
-    head_dim: int
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MoeSpec(_Strict):
+    experts: int = Field(gt=0)
+    top_k: int = Field(gt=0)
+    expert_bytes: float = Field(gt=0, description="Bytes of all experts' weights together")
+    layer_overhead_us: float = Field(40, ge=0, description="Router and dispatch cost per layer per step")
+
+
+class KnownModel(_Strict):
+    name: str
+    layers: int = Field(gt=0)
+    q_heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    params_active: float = Field(gt=0, description="Non-embedding parameters used per token")
+    weight_bytes: float = Field(gt=0, description="Bytes the checkpoint loads onto the GPUs")
+    weights_dtype: Literal["bf16", "fp8", "nvfp4"]
+    kv_dtype_bytes: int = Field(gt=0)
+    kv_bpt_effective: float | None = Field(None, description="Override of KV bytes per token (hybrid models)")
+    attn_layers: int | None = Field(None, gt=0, description="Full-attention layers (hybrid models); default all")
+    state_bytes_per_seq: float = Field(0, ge=0, description="Per-sequence state (linear attention / SSM)")
+    attention_block_size: int | None = Field(
+        None, gt=0, description="Block size the engine forces for this model (vLLM raises it for hybrid models)"
+    )
+    moe: MoeSpec | None = Field(None, description="Mixture of experts: weights read depend on the tokens")
 
     @property
     def weights_gb(self) -> float:
-        return self.params_b * self.bytes_per_param
+        return self.weight_bytes / 1e9
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        return int(2 * self.layers * self.kv_heads * self.head_dim * 2)
+    def kv_bytes_per_token(self) -> float:
+        if self.kv_bpt_effective:
+            return self.kv_bpt_effective
+        return float(2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes)
 
 
-@dataclass(frozen=True)
-class GpuSpec:
+class Efficiency(_Strict):
+    mfu_max: float = Field(gt=0, le=1)
+    t_half: float = Field(ge=0, description="Tokens at which linear-layer MFU reaches half its maximum")
+    mfu_attn: float = Field(gt=0, le=1)
+    bw_eff: float = Field(gt=0, le=1)
+    t0_ms: float = Field(ge=0, description="Fixed cost of every engine step")
+    tau_layer_us: float = Field(ge=0, description="Per-layer overhead of every step")
+    prefill_fixed_ms: float = Field(ge=0, description="Extra fixed cost of a step that holds a prefill chunk")
+    jitter_cv: float = Field(ge=0, lt=1, description="Coefficient of variation of the lognormal step jitter")
+
+
+class GpuSimulation(_Strict):
+    """What the simulator needs beyond memory: peaks and the efficiencies fitted to measurements."""
+
+    tflops_bf16: float = Field(gt=0)
+    hbm_tbps: float = Field(gt=0)
+    host_link_gbps: float = Field(gt=0, description="Practical pinned host<->GPU bandwidth, GB/s")
+    mem_util_default: float | None = Field(
+        None, gt=0, le=1, description="gpu_memory_utilization when not set (unified memory leaves room for the OS)"
+    )
+    eff: Efficiency
+
+
+class KnownGpu(_Strict):
     name: str
-    vendor: str
-    memory_gb: float
+    vendor: Literal["nvidia", "amd"]
+    mem_gb: float = Field(gt=0, description="Memory per GPU, GB")
+    sim: GpuSimulation | None = Field(None, description="The simulator's profile; None: cannot be simulated")
 
 
-KNOWN_MODELS: dict[str, KnownModel] = {
-    m.id.lower(): m
-    for m in (
-        KnownModel("Qwen/Qwen3-8B", 8.2, "bf16", 2, 36, 8, 128),
-        KnownModel("Qwen/Qwen3-32B", 32.8, "bf16", 2, 64, 8, 128),
-        KnownModel("Qwen/Qwen3-32B-FP8", 32.8, "fp8", 1, 64, 8, 128),
-        KnownModel("Qwen/Qwen3-235B-A22B", 235.1, "bf16", 2, 94, 4, 128),
-        KnownModel("Qwen/Qwen3-235B-A22B-FP8", 235.1, "fp8", 1, 94, 4, 128),
-        KnownModel("meta-llama/Llama-3.1-8B", 8.0, "bf16", 2, 32, 8, 128),
-        KnownModel("meta-llama/Llama-3.1-8B-Instruct", 8.0, "bf16", 2, 32, 8, 128),
-        KnownModel("meta-llama/Llama-3.1-70B", 70.6, "bf16", 2, 80, 8, 128),
-        KnownModel("meta-llama/Llama-3.1-70B-Instruct", 70.6, "bf16", 2, 80, 8, 128),
-        # hybrid: 10 of 40 layers are full attention (2 kv heads, d 256); the rest carry per-sequence state
-        KnownModel("Qwen/Qwen3.6-35B-A3B", 35.0, "bf16", 2, 10, 2, 256),
-        KnownModel("nvidia/Qwen3.6-35B-A3B-NVFP4", 35.0, "nvfp4", 0.63, 10, 2, 256),
-    )
-}
+def _load(name: str) -> dict[str, dict[str, object]]:
+    data = yaml.safe_load(resources.files("kvbench_stacks").joinpath(name).read_text())
+    if not isinstance(data, dict):
+        raise TypeError(f"kvbench_stacks/{name} must map names to entries")
+    return data
 
-GPUS: dict[str, GpuSpec] = {
-    g.name.upper(): g
-    for g in (
-        GpuSpec("L40S", "nvidia", 48),
-        GpuSpec("A100", "nvidia", 80),
-        GpuSpec("H100", "nvidia", 80),
-        GpuSpec("H200", "nvidia", 141),
-        GpuSpec("B200", "nvidia", 180),
-        GpuSpec("GB10", "nvidia", 121),
-        GpuSpec("MI300X", "amd", 192),
-        GpuSpec("MI325X", "amd", 256),
-        GpuSpec("MI355X", "amd", 288),
-    )
-}
+
+@cache
+def _tables() -> tuple[dict[str, KnownModel], dict[str, KnownGpu]]:
+    models = {n: KnownModel.model_validate({"name": n, **v}) for n, v in _load("models.yaml").items()}
+    gpus = {n.upper(): KnownGpu.model_validate({"name": n, **v}) for n, v in _load("gpus.yaml").items()}
+    return models, gpus
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {name.lower(): m for name, m in _tables()[0].items()}
+GPUS: dict[str, KnownGpu] = _tables()[1]
 
 
 def find_model(model_id: str) -> KnownModel | None:
     return KNOWN_MODELS.get(model_id.lower())
 
 
-def gpu_spec(name: str | None) -> GpuSpec | None:
+def gpu_spec(name: str | None) -> KnownGpu | None:
+    """The GPU a device name means: "NVIDIA L40S", "H100 80GB HBM3" and "AMD Instinct MI300X" all resolve."""
     if not name:
         return None
     key = name.upper().replace("NVIDIA ", "").replace("AMD ", "").replace("INSTINCT ", "").strip()
@@ -85,7 +137,12 @@ def gpu_spec(name: str | None) -> GpuSpec | None:
     return None
 
 
-def min_tensor_parallel(model: KnownModel, gpu: GpuSpec) -> int:
+def simulated_gpus() -> list[str]:
+    """GPUs the simulator has a profile for, in the table's order."""
+    return [gpu.name for gpu in GPUS.values() if gpu.sim is not None]
+
+
+def min_tensor_parallel(model: KnownModel, gpu: KnownGpu) -> int:
     """The smallest power of two whose GPUs hold the weights (TP must divide the attention heads)."""
-    need = model.weights_gb / (gpu.memory_gb * WEIGHT_SHARE)
+    need = model.weights_gb / (gpu.mem_gb * WEIGHT_SHARE)
     return 1 << max(0, math.ceil(math.log2(max(need, 1.0))))

@@ -194,7 +194,7 @@ def collect_inventory(
             vendor=spec.vendor if spec else None,
             gpu_model=spec.name if spec else None,
             gpus=sim_gpus[1] if spec and sim_gpus else 0,
-            gpu_memory_gb=spec.memory_gb if spec else 0,
+            gpu_memory_gb=spec.mem_gb if spec else 0,
             ram_gb=_ram_gb(),
             cpus=os.cpu_count() or 0,
             group=group,

@@ -91,7 +91,7 @@ def _tiers(w: Workload, machines: list[Machine]) -> list[dict[str, Any]]:
     gpu = gpu_spec(machines[0].gpu_model) if machines else None
     model = find_model(w.model)
     if gpu is not None:
-        kv_gb = gpu.memory_gb * 0.9 * w.engine.tensor_parallel_size - (model.weights_gb if model else 0)
+        kv_gb = gpu.mem_gb * 0.9 * w.engine.tensor_parallel_size - (model.weights_gb if model else 0)
         entry: dict[str, Any] = {"tier": "gpu", "per_engine_gb": round(max(kv_gb, 0), 1)}
         if model is not None and kv_gb > 0:
             entry["per_engine_tokens"] = int(kv_gb * 1e9 / model.kv_bytes_per_token)

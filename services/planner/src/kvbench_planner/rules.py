@@ -8,12 +8,17 @@ from kvbench_contracts.plan import Workload
 from kvbench_contracts.problem import Problem
 from kvbench_planner.cluster import Machine
 from kvbench_stacks.catalog import CATALOG, ORCHESTRATOR_LOCKS, StackSpec
-from kvbench_stacks.hardware import WEIGHT_SHARE, find_model, gpu_spec, min_tensor_parallel
+from kvbench_stacks.hardware import (
+    KNOWN_MODELS,
+    WEIGHT_SHARE,
+    find_model,
+    gpu_spec,
+    min_tensor_parallel,
+    simulated_gpus,
+)
 from kvbench_stacks.query import version_tuple
 
 __all__ = ["workload_issues"]
-
-SIM_GPUS = ("L40S", "H100", "H200", "MI300X", "GB10")
 
 
 def workload_issues(w: Workload, machines: list[Machine] | None) -> tuple[list[Problem], list[Problem]]:
@@ -141,6 +146,16 @@ def _model_rules(
     warn: Callable[[str, str, str, str], None],
 ) -> None:
     model = find_model(w.model)
+    simulated = w.cluster.sim is not None or any(m.simulated for m in machines or [])
+    if model is None and simulated:
+        known = ", ".join(sorted(m.name for m in KNOWN_MODELS.values()))
+        err(
+            "invalid_field",
+            f"The simulator has no profile for the model {w.model}",
+            f"Choose one of {known}, or add the model to kvbench_stacks/models.yaml.",
+            "model",
+        )
+        return
     if model is None:
         warn(
             "unknown_model",
@@ -155,12 +170,12 @@ def _model_rules(
         if gpu is None:
             continue
         tp = w.engine.tensor_parallel_size
-        if model.weights_gb > tp * gpu.memory_gb * WEIGHT_SHARE:
+        if model.weights_gb > tp * gpu.mem_gb * WEIGHT_SHARE:
             need = min_tensor_parallel(model, gpu)
             err(
                 "model_does_not_fit",
-                f"{model.id} needs about {model.weights_gb:.0f} GB for its "
-                f"{model.dtype.upper()} weights, and {tp} x {gpu.name} give {tp * gpu.memory_gb:.0f} GB "
+                f"{model.name} needs about {model.weights_gb:.0f} GB for its "
+                f"{model.weights_dtype.upper()} weights, and {tp} x {gpu.name} give {tp * gpu.mem_gb:.0f} GB "
                 f"({WEIGHT_SHARE:.0%} usable for weights); it needs at least {need} {gpu.name} GPUs per engine",
                 "Set the tensor parallel size so the weights fit.",
                 "engine.tensor_parallel_size",
@@ -265,11 +280,11 @@ def _machine_rules(
             "Make a cluster group of machines of one GPU model.",
             "cluster",
         )
-    if w.cluster.sim is not None and w.cluster.sim.gpu.upper() not in SIM_GPUS:
+    if w.cluster.sim is not None and w.cluster.sim.gpu.upper() not in simulated_gpus():
         err(
             "invalid_field",
             f"The simulator has no profile for {w.cluster.sim.gpu}",
-            f"Choose one of {', '.join(SIM_GPUS)}.",
+            f"Choose one of {', '.join(simulated_gpus())}.",
             "cluster.sim.gpu",
         )
     vendors = {m.vendor for m in machines if m.vendor}

@@ -281,7 +281,7 @@ def _limits(
     settings: dict[str, Any],
 ) -> dict[str, Any]:
     model = find_model(str(spec.get("model", "")))
-    kv_bpt = model.kv_bytes_per_token if model else None
+    kv_bpt = int(model.kv_bytes_per_token) if model else None
     out: dict[str, Any] = {"kv_bytes_per_token": kv_bpt, "prefill_tokens_per_s_best": best_prefill}
     if kv_bpt and best_prefill:
         out["break_even_gbps"] = kv_bpt * best_prefill / 1e9

@@ -1,22 +1,22 @@
-"""Hardware and model profiles (YAML shipped with the package, validated on load)."""
+"""A simulated engine's profile: its GPU and model from the one hardware table (kvbench_stacks.hardware), and
+the engine's own configuration (tiers, cold start)."""
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from kvbench_stacks.hardware import GPUS, KNOWN_MODELS, GpuSimulation, KnownModel, find_model, simulated_gpus
 
 __all__ = [
     "ColdStart",
     "EngineConfig",
     "GpuProfile",
-    "ModelProfile",
-    "MoeSpec",
     "Profile",
     "TierConfig",
+    "known_gpus",
+    "known_models",
     "load_profile",
 ]
 
@@ -25,59 +25,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Efficiency(_Strict):
-    mfu_max: float = Field(gt=0, le=1)
-    t_half: float = Field(ge=0, description="Tokens at which linear-layer MFU reaches half its maximum")
-    mfu_attn: float = Field(gt=0, le=1)
-    bw_eff: float = Field(gt=0, le=1)
-    t0_ms: float = Field(ge=0, description="Fixed cost of every engine step")
-    tau_layer_us: float = Field(ge=0, description="Per-layer overhead of every step")
-    prefill_fixed_ms: float = Field(ge=0, description="Extra fixed cost of a step that holds a prefill chunk")
-    jitter_cv: float = Field(ge=0, lt=1, description="Coefficient of variation of the lognormal step jitter")
+class GpuProfile(GpuSimulation):
+    """A GPU as the simulator sees it: its identity and memory from the hardware table, with its profile."""
 
-
-class GpuProfile(_Strict):
     name: str
     vendor: str
-    tflops_bf16: float = Field(gt=0)
-    hbm_tbps: float = Field(gt=0)
     mem_gb: float = Field(gt=0)
-    host_link_gbps: float = Field(gt=0, description="Practical pinned host<->GPU bandwidth, GB/s")
-    mem_util_default: float | None = Field(
-        None, gt=0, le=1, description="gpu_memory_utilization when not set (unified memory leaves room for the OS)"
-    )
-    eff: Efficiency
-
-
-class MoeSpec(_Strict):
-    experts: int = Field(gt=0)
-    top_k: int = Field(gt=0)
-    expert_bytes: float = Field(gt=0, description="Bytes of all experts' weights together")
-    layer_overhead_us: float = Field(40, ge=0, description="Router and dispatch cost per layer per step")
-
-
-class ModelProfile(_Strict):
-    name: str
-    layers: int = Field(gt=0)
-    q_heads: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    params_active: float = Field(gt=0)
-    weight_bytes: float = Field(gt=0)
-    kv_dtype_bytes: int = Field(gt=0)
-    kv_bpt_effective: float | None = Field(None, description="Override of KV bytes per token (hybrid models)")
-    attn_layers: int | None = Field(None, gt=0, description="Full-attention layers (hybrid models); default all")
-    state_bytes_per_seq: float = Field(0, ge=0, description="Per-sequence state (linear attention / SSM)")
-    attention_block_size: int | None = Field(
-        None, gt=0, description="Block size the engine forces for this model (vLLM raises it for hybrid models)"
-    )
-    moe: MoeSpec | None = Field(None, description="Mixture of experts: weights read depend on the tokens")
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        if self.kv_bpt_effective:
-            return self.kv_bpt_effective
-        return float(2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes)
 
 
 class TierConfig(_Strict):
@@ -114,7 +67,7 @@ class EngineConfig(_Strict):
 
 class Profile(_Strict):
     gpu: GpuProfile
-    model: ModelProfile
+    model: KnownModel
     engine: EngineConfig
 
     @property
@@ -152,30 +105,20 @@ class Profile(_Strict):
         return int(self.gpu_kv_bytes // self.block_bytes)
 
 
-@cache
-def _table(name: str) -> dict[str, Any]:
-    text = resources.files("kvbench_sim").joinpath("profiles", name).read_text()
-    data = yaml.safe_load(text)
-    assert isinstance(data, dict)
-    return data
-
-
 def known_gpus() -> list[str]:
-    return sorted(_table("gpus.yaml"))
+    return sorted(simulated_gpus())
 
 
 def known_models() -> list[str]:
-    return sorted(_table("models.yaml"))
+    return sorted(m.name for m in KNOWN_MODELS.values())
 
 
 def load_profile(gpu: str, model: str, engine: EngineConfig | None = None) -> Profile:
-    gpus, models = _table("gpus.yaml"), _table("models.yaml")
-    if gpu not in gpus:
-        raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(gpus))}")
-    if model not in models:
-        raise ValueError(f"no simulator profile for model {model!r}; known: {', '.join(sorted(models))}")
-    return Profile(
-        gpu=GpuProfile(name=gpu, **gpus[gpu]),
-        model=ModelProfile(name=model, **models[model]),
-        engine=engine or EngineConfig(),
-    )
+    known_gpu = GPUS.get(gpu.upper())
+    if known_gpu is None or known_gpu.sim is None:
+        raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(known_gpus())}")
+    known_model = find_model(model)
+    if known_model is None:
+        raise ValueError(f"no simulator profile for model {model!r}; known: {', '.join(known_models())}")
+    simulated = GpuProfile(name=gpu, vendor=known_gpu.vendor, mem_gb=known_gpu.mem_gb, **dict(known_gpu.sim))
+    return Profile(gpu=simulated, model=known_model, engine=engine or EngineConfig())
