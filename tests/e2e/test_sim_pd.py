@@ -34,9 +34,17 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
     assert pd["time_scale"] == colocated["time_scale"] == 2.0
     assert pd["ttft_ms"]["p50"] == pytest.approx(expected["pd-nixl"]["ttft_ms"]["p50"], rel=0.2)
     # a colocated engine's long-prefill stalls are the same length served; the decode engine's small gaps gain the
-    # pacer's few milliseconds of slip at most, so its p99 sits a little higher but the gain stays large
-    assert colocated["itl_ms"]["p99"] == pytest.approx(expected["colocated"]["itl_ms"]["p99"], rel=0.25)
-    assert pd["itl_ms"]["p99"] <= 1.5 * expected["pd-nixl"]["itl_ms"]["p99"]
+    # pacer's few milliseconds of slip at most, so its p99 sits a little higher but the gain stays large; on a busy
+    # machine the pacer or the client slips further, and then the report must say so
+    if colocated["timing"]["reliable"]:
+        assert colocated["itl_ms"]["p99"] == pytest.approx(expected["colocated"]["itl_ms"]["p99"], rel=0.25)
+    if pd["timing"]["reliable"]:
+        assert pd["itl_ms"]["p99"] <= 1.5 * expected["pd-nixl"]["itl_ms"]["p99"], (
+            pd["jobs"][0]["timing"]["figures"],
+            {k: v for k, v in pd["jobs"][0]["engine_counters"].items() if "sim" in k or k == "by_role"},
+        )
+    else:
+        assert any("TTFT and ITL unreliable" in reason for reason in pd["validity"]["reasons"])
     assert colocated["itl_ms"]["p99"] / pd["itl_ms"]["p99"] > 5
     # each prompt is computed once on the prefill engine and its KV moved once to the decode engine: counted once,
     # as the decode engine got it (all but each prompt's last token over the link), each side kept apart

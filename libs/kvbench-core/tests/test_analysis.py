@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from kvbench_contracts.events import ClientTiming
 from kvbench_contracts.records import RequestRecord
-from kvbench_core.analysis import Slo, analyze
+from kvbench_core.analysis import Slo, analyze, analyze_grouped
+from kvbench_core.timing import timing_verdict
 
 
 def rec(
@@ -165,3 +167,44 @@ def test_vectorised_figures_match_the_reference_on_random_records() -> None:
     assert out["itl_ms"]["p99"] == pytest.approx(ref["itl_p99"])
     assert out["itl_ms"]["count"] == ref["itl_count"]
     assert out["goodput_rps"] == pytest.approx(ref["good"] / 80)
+
+
+def test_workloads_run_one_after_the_other_are_not_added_up() -> None:
+    # two workloads, each one job of 10 requests x 4 tokens over its own 0-2 s window (times are per job)
+    def job(workload: str, job_id: str) -> list[RequestRecord]:
+        return [
+            r.model_copy(update={"job_id": job_id, "workload": workload, "request_id": f"{job_id}-{i}"})
+            for i, r in enumerate(rec(0.1 * i, [0.1, 0.2, 0.3, 0.4]) for i in range(10))
+        ]
+
+    records = job("a", "a-0") + job("b", "b-0") + job("b", "b-1")
+    by_workload = {g["name"]: g for g in analyze_grouped(records, "workload", 0.0, 2.0)}
+    assert by_workload["a"]["jobs"] == 1
+    assert by_workload["a"]["output_tokens_per_s"] == pytest.approx(40 / 2.0)
+    # b's two jobs pool their requests over their summed windows: the same rate as one of them, not twice it
+    assert by_workload["b"]["jobs"] == 2
+    assert by_workload["b"]["output_tokens_per_s"] == pytest.approx(80 / 4.0)
+    assert by_workload["b"]["requests_total"] == 20
+    by_job = analyze_grouped(records, "job", 0.0, None)
+    assert [(g["job_id"], g["workload"]) for g in by_job] == [("a-0", "a"), ("b-0", "b"), ("b-1", "b")]
+    # no load end given: each job's window ends at its own last request's end (0.9 + 0.4)
+    assert by_job[0]["window_s"] == pytest.approx(1.3)
+
+
+def test_merged_reads_and_client_lag_mark_timing_unreliable() -> None:
+    clean = analyze([rec(0.0, [0.1, 0.2, 0.3, 0.4])], 0.0, 1.0)
+    assert clean["merged_chunk_share"] == 0.0
+    # the client read two chunks at once: they share a stamp (a zero gap)
+    merged = analyze([rec(0.0, [0.1, 0.3, 0.3, 0.4])], 0.0, 1.0)
+    assert merged["merged_chunk_share"] == pytest.approx(1 / 3)
+    assert timing_verdict(None, clean["merged_chunk_share"])["reliable"]
+    verdict = timing_verdict(None, merged["merged_chunk_share"])
+    assert not verdict["reliable"]
+    assert "read together" in verdict["reasons"][0]
+    busy = ClientTiming(loop_lag_samples=1000, loop_lag_p99_ms=25.0, loop_lag_max_ms=80.0)
+    assert "event loop ran 25.0 ms late" in timing_verdict(busy, 0.0)["reasons"][0]
+    idle = ClientTiming(loop_lag_samples=1000, loop_lag_p99_ms=1.2, sends_scheduled=100, sends_late_share=0.0)
+    assert timing_verdict(idle, 0.0, engine_late_token_share=0.0)["reliable"]
+    assert not timing_verdict(idle, 0.0, engine_late_token_share=0.02)["reliable"]
+    late_sends = ClientTiming(sends_scheduled=100, sends_late_share=0.3, send_late_p99_ms=12.0)
+    assert "scheduled sends" in timing_verdict(late_sends, 0.0)["reasons"][0]

@@ -149,9 +149,9 @@ def server_base_url(url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> tuple[Any, Any, int]:
+async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> tuple[Any, Any, int, Any]:
     from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
-    from kvbench_loadgen.entrypoints import DriveConfig, Driver, Router  # noqa: PLC0415
+    from kvbench_loadgen.entrypoints import DriveConfig, Driver, LagProbe, Router, client_timing  # noqa: PLC0415
     from kvbench_workloads.sources import build_source  # noqa: PLC0415
 
     arrivals = traffic["arrivals"]
@@ -195,7 +195,14 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
         written[0] += 1
 
     driver = Driver(config, source, Router(endpoints, args.routing), write)
-    task = asyncio.ensure_future(driver.run())
+    probe = LagProbe()
+    async with probe:
+        task = asyncio.ensure_future(driver.run())
+        await _watch(args, driver, task)
+    return task.result(), source, written[0], client_timing(probe, task.result().send_lateness_s)
+
+
+async def _watch(args: argparse.Namespace, driver: Any, task: asyncio.Future[Any]) -> None:
     while not task.done():
         await asyncio.wait([task], timeout=1.0)
         if not args.quiet and not task.done():
@@ -207,12 +214,12 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
             sys.stderr.flush()
     if not args.quiet:
         sys.stderr.write("\n")
-    return task.result(), source, written[0]
 
 
 def cmd_load(args: argparse.Namespace) -> int:
     from kvbench_contracts.records import RequestRecord  # noqa: PLC0415
     from kvbench_core.analysis import Slo, analyze  # noqa: PLC0415
+    from kvbench_core.timing import timing_verdict  # noqa: PLC0415
 
     try:
         traffic = _traffic(args)
@@ -233,7 +240,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         with path.open("w", encoding="utf-8", buffering=1 << 20) as out:
             import uvloop  # noqa: PLC0415 (a dependency of the load generator: timestamps on a fast loop)
 
-            result, source, written = uvloop.run(_run(args, traffic, out))
+            result, source, written, client = uvloop.run(_run(args, traffic, out))
     except (ValueError, FileNotFoundError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
@@ -242,8 +249,11 @@ def cmd_load(args: argparse.Namespace) -> int:
     warmup = result.warmup_s
     figures = analyze(records, warmup, load_end, Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms))
     lags = sorted(result.replay_lags_s)
+    timing = timing_verdict(client, figures["merged_chunk_share"])
     summary = {
         **figures,
+        "client_timing": client.model_dump(),
+        "timing": timing,
         "records_file": str(path),
         "records_written": written,
         "warmup_s": warmup,
@@ -263,4 +273,11 @@ def cmd_load(args: argparse.Namespace) -> int:
         sys.stdout.write(f"records: {written:,} in {path} · tokenizer: {source.tokenizer}\n")
         for note in source.notes:
             sys.stdout.write(f"note: {note}\n")
+    if not timing["reliable"]:
+        # stderr as well as the JSON: a run past the client's knee is never silent
+        sys.stderr.write(
+            "warning: the client fell behind; TTFT and ITL are marked unreliable: "
+            + "; ".join(timing["reasons"])
+            + "\n"
+        )
     return 0

@@ -23,6 +23,10 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     "kv_bytes_transferred",
     "kv_transfers",
     "preemptions",
+    # the simulated engines' pacing (kvbench_sim_token_lateness_seconds): tokens written, and those written more
+    # than 5 ms after the model's due time; a real engine has neither
+    "sim_tokens_written",
+    "sim_tokens_written_late",
 )
 NORMALIZED_GAUGES: tuple[str, ...] = ("kv_usage",)  # 0..1
 

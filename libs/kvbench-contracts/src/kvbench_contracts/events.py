@@ -20,6 +20,7 @@ from kvbench_contracts.records import (
 )
 
 __all__ = [
+    "ClientTiming",
     "EngineEndpoint",
     "EngineSampled",
     "JobFailed",
@@ -162,6 +163,23 @@ class JobProgressed(Envelope):
     errors: int
 
 
+class ClientTiming(BaseModel):
+    """How far the load generator itself fell behind while it ran a job (its own lag, not the engine's): the
+    reporter marks TTFT and ITL unreliable when these pass its thresholds."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    loop_lag_samples: int = Field(0, ge=0, description="Wake-ups of the event-loop probe")
+    loop_lag_p50_ms: float | None = Field(None, description="Median lateness of a timer on the event loop, ms")
+    loop_lag_p99_ms: float | None = Field(None, description="99th percentile of the probe's lateness, ms")
+    loop_lag_max_ms: float | None = Field(None, description="Worst lateness of the probe, ms")
+    sends_scheduled: int = Field(0, ge=0, description="Requests sent against a schedule (request rate, trace)")
+    send_late_p99_ms: float | None = Field(None, description="99th percentile of send time minus schedule, ms")
+    sends_late_share: float | None = Field(
+        None, description="Share of scheduled sends more than 1 ms behind their schedule"
+    )
+
+
 class JobFinished(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.job.finished/1"
     SUBJECT: ClassVar[str] = "kvbench.job.{job_id}.finished"
@@ -180,6 +198,7 @@ class JobFinished(Envelope):
     replay_lag_p99_s: float | None = Field(None, description="Trace mode: p99 of actual minus scheduled send time")
     notes: list[str] = Field(default_factory=list, description="What the load generator wants the report to say")
     time_scale: float = Field(1.0, gt=0, description="Engine seconds per wall-clock second of the job's records")
+    client_timing: ClientTiming | None = Field(None, description="The load generator's own lag during the job")
 
 
 class JobFailed(Envelope):

@@ -12,16 +12,17 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.columns import Columns
 
-__all__ = ["DEFINITIONS", "Slo", "analyze", "figures", "select_measured", "summarize"]
+__all__ = ["DEFINITIONS", "Slo", "analyze", "analyze_grouped", "figures", "select_measured", "summarize"]
 
 DEFINITIONS: dict[str, str] = {
     "measured": "requests that start after the warm-up and, if ok, end before the load end; errors that start "
@@ -37,10 +38,13 @@ DEFINITIONS: dict[str, str] = {
     "output_tokens_per_s": "output tokens of measured requests / window",
     "goodput_rps": "measured requests meeting every SLO / window",
     "good_fraction": "good / (successes + errors)",
+    "merged_chunk_share": "content chunks (after each request's first) whose gap from the previous chunk is zero: "
+    "read in one read with it, so their split of the ITL is lost",
     "clock": "load generator's monotonic clock",
 }
 
 PERCENTILES = (50, 90, 95, 99)
+_SAME_READ_S = 1e-6  # chunks read together carry one receive stamp
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = N
         "tpot_ms": summarize(_tpot_ms(c)),
         "itl_ms": summarize(itl, 1e3),
         "icl_ms": summarize(icl, 1e3),
+        "merged_chunk_share": float((icl <= _SAME_READ_S).mean()) if icl.size else None,
         "e2e_ms": summarize(c.e2e_s[~np.isnan(c.e2e_s)], 1e3),
         "output_tokens_per_s": output_tokens / window,
         "request_rate": n / window,
@@ -139,3 +144,42 @@ def analyze(
     all_records = list(records)
     measured, errors = select_measured(Columns.from_records(all_records), warmup_s, load_duration_s)
     return {"requests_total": len(all_records), **figures(measured, errors, load_duration_s - warmup_s, slo)}
+
+
+def analyze_grouped(
+    records: Iterable[RequestRecord],
+    by: Literal["workload", "job"],
+    warmup_s: float,
+    load_duration_s: float | None,
+    slo: Slo | None = None,
+) -> list[dict[str, Any]]:
+    """``kvbench report analyze``'s figures per workload or per job, never pooled across workloads.
+
+    Record times are seconds after their own job's load start, so each job has its own window: [warm-up, load end],
+    the load end being ``load_duration_s`` or, when not given, the job's last request end. A workload pools its
+    jobs' measured requests over the sum of their windows (as the report does); two workloads that ran one after
+    the other are never added up as if they ran together.
+    """
+    jobs: dict[str, list[RequestRecord]] = defaultdict(list)
+    for record in records:
+        jobs[record.job_id].append(record)
+    groups: dict[str, list[tuple[Columns, int, float]]] = defaultdict(list)
+    names: dict[str, str] = {}
+    sent: dict[str, int] = defaultdict(int)
+    for job_id, rows in jobs.items():
+        load_end = load_duration_s
+        if load_end is None:
+            load_end = max(r.start_s + (r.e2e_s or 0.0) for r in rows)
+        measured, errors = select_measured(Columns.from_records(rows), warmup_s, load_end)
+        key = rows[0].workload if by == "workload" else job_id
+        names[key] = rows[0].workload
+        sent[key] += len(rows)
+        groups[key].append((measured, errors, max(0.0, load_end - warmup_s)))
+    out = []
+    for key, parts in groups.items():
+        pooled = figures(
+            Columns.concat([c for c, _, _ in parts]), sum(e for _, e, _ in parts), sum(w for _, _, w in parts), slo
+        )
+        label = {"name": key} if by == "workload" else {"job_id": key, "workload": names[key]}
+        out.append({**label, "jobs": len(parts), "requests_total": sent[key], **pooled})
+    return out

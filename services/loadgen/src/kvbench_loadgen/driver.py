@@ -70,6 +70,8 @@ class DriveResult:
     load_end_s: float = 0.0
     warmup_s: float = 0.0
     replay_lags_s: list[float] = field(default_factory=list)  # trace mode: actual minus scheduled send time
+    # request rate and trace modes: wall seconds each scheduled send left after its schedule (the client's own lag)
+    send_lateness_s: list[float] = field(default_factory=list)
 
 
 def to_record(
@@ -320,6 +322,7 @@ class Driver:
             delay = next_t - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            self.result.send_lateness_s.append(max(0.0, time.monotonic() - next_t))
             session: Session | None = ready.popleft() if ready else None
             if session is None and not exhausted:
                 session = self.source.next_session(opened)
@@ -371,7 +374,9 @@ class Driver:
             if delay > 0:
                 await asyncio.sleep(delay)
             session = ahead.popleft()
-            lags.append(max(0.0, time.monotonic() - at) * self.config.time_scale)
+            late = max(0.0, time.monotonic() - at)
+            lags.append(late * self.config.time_scale)
+            self.result.send_lateness_s.append(late)
             task = asyncio.create_task(self._session(session))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)

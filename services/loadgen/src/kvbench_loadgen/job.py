@@ -12,6 +12,7 @@ from kvbench_contracts.events import JobFailed, JobFinished, JobProgressed, JobS
 from kvbench_core.bus import Bus
 from kvbench_loadgen.capacity import pool_kv_capacity_tokens
 from kvbench_loadgen.driver import DriveConfig, Driver, to_record
+from kvbench_loadgen.lag import LagProbe, client_timing
 from kvbench_loadgen.routing import Router
 from kvbench_loadgen.settings import LoadgenSettings
 from kvbench_loadgen.sink import RecordSink
@@ -138,7 +139,8 @@ class JobRunner:
 
         reporter = asyncio.create_task(progress())
         try:
-            result = await driver.run()
+            async with LagProbe() as probe:
+                result = await driver.run()
         finally:
             reporter.cancel()
             await asyncio.gather(reporter, return_exceptions=True)
@@ -167,6 +169,7 @@ class JobRunner:
                 replay_lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
                 notes=notes,
                 time_scale=cmd.time_scale,
+                client_timing=client_timing(probe, result.send_lateness_s),
             )
         )
         log.info(

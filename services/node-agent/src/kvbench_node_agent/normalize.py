@@ -4,7 +4,7 @@ Counters (cumulative, differenced by the reporter over measured windows):
   prompt_tokens, prompt_tokens_gpu, prompt_tokens_host, prompt_tokens_disk, prompt_tokens_remote,
   prompt_tokens_transferred, prompt_tokens_recomputed, kv_bytes_loaded_host, kv_bytes_stored_host,
   kv_bytes_loaded_disk, kv_bytes_stored_disk, kv_bytes_loaded_remote, kv_bytes_stored_remote,
-  kv_bytes_transferred, kv_transfers, preemptions
+  kv_bytes_transferred, kv_transfers, preemptions, sim_tokens_written, sim_tokens_written_late (simulator only)
 Gauges: kv_usage (0..1)
 """
 
@@ -198,6 +198,18 @@ def engine_kind(samples: Samples) -> str | None:
     return None
 
 
+def _sim_pacing(s: Samples) -> Samples:
+    """The simulator's pacing slip, whatever engine it imitates: tokens written, and those over 5 ms late."""
+    out: Samples = {}
+    written = _sum(s, "kvbench_sim_token_lateness_seconds_count")
+    on_time = _sum(s, "kvbench_sim_token_lateness_seconds_bucket", le="0.005")
+    if written is not None and on_time is not None:
+        out["sim_tokens_written"] = written
+        out["sim_tokens_written_late"] = max(0.0, written - on_time)
+    return out
+
+
 def normalize(samples: Samples, kind: str | None = None) -> Samples:
     kind = kind or engine_kind(samples)
-    return _KINDS[kind](samples) if kind in _KINDS else {}
+    out = _KINDS[kind](samples) if kind in _KINDS else {}
+    return {**out, **_sim_pacing(samples)}

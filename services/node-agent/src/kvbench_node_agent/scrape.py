@@ -7,13 +7,17 @@ from prometheus_client.parser import text_string_to_metric_families
 __all__ = ["ENGINE_PREFIXES", "parse_samples"]
 
 ENGINE_PREFIXES = ("vllm:", "sglang:", "lmcache:", "lmcache_mp", "trtllm_", "kvbench_sim", "agent_", "master_")
+# histogram buckets are dropped (they multiply a scrape's size) except the ones a normalised counter reads
+KEPT_BUCKETS = {("kvbench_sim_token_lateness_seconds_bucket", "0.005")}
 
 
 def parse_samples(text: str, prefixes: tuple[str, ...] = ENGINE_PREFIXES) -> dict[str, float]:
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if not sample.name.startswith(prefixes) or sample.name.endswith(("_created", "_bucket")):
+            if not sample.name.startswith(prefixes) or sample.name.endswith("_created"):
+                continue
+            if sample.name.endswith("_bucket") and (sample.name, sample.labels.get("le")) not in KEPT_BUCKETS:
                 continue
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k not in ("model_name",))
             values[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)

@@ -204,7 +204,7 @@ class Ingestor:
                     shards = $2, shards_finished = agg.n, records_expected = agg.records,
                     load_duration_s = agg.load_end, warmup_s = agg.warmup, offered_load = $3, tokenizer = $4,
                     skipped_arrivals = agg.skipped, replay_lag_p99_s = agg.lag, notes = $5::jsonb,
-                    time_scale = $8,
+                    time_scale = $8, client_timing = agg.timing,
                     status = CASE WHEN agg.n >= $2 THEN 'succeeded' ELSE j.status END,
                     finished_at = CASE WHEN agg.n >= $2 THEN $6 ELSE j.finished_at END
                 FROM (
@@ -212,7 +212,9 @@ class Ingestor:
                            max((payload->>'load_duration_s')::float8) AS load_end,
                            min((payload->>'warmup_s')::float8) AS warmup,
                            sum(coalesce((payload->>'skipped_arrivals')::int, 0))::int AS skipped,
-                           max((payload->>'replay_lag_p99_s')::float8) AS lag
+                           max((payload->>'replay_lag_p99_s')::float8) AS lag,
+                           coalesce(jsonb_agg(payload->'client_timing')
+                                    FILTER (WHERE jsonb_typeof(payload->'client_timing') = 'object'), '[]') AS timing
                     FROM (
                         SELECT DISTINCT ON (coalesce(payload->>'shard_index', '0')) payload FROM events
                         WHERE job_id = $1 AND schema = $7

@@ -19,9 +19,11 @@ import numpy as np
 
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
+from kvbench_contracts.events import ClientTiming
 from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
 from kvbench_core.columns import Columns
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
+from kvbench_core.timing import TIMING_DEFINITION, timing_verdict
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
 from kvbench_stacks.hardware import find_model
@@ -134,6 +136,25 @@ def _job_figures(spec: dict[str, Any], job: asyncpg.Record, everything: Columns)
     return out, measured
 
 
+def _worst_client_timing(stored: Any) -> ClientTiming | None:
+    """One job's shards' lag figures, the worst of each (a shard that fell behind taints the pooled figures)."""
+    shards = [ClientTiming.model_validate(s) for s in (_json(stored) or [])]
+    if not shards:
+        return None
+    worst: dict[str, Any] = {}
+    for field in ClientTiming.model_fields:
+        values = [getattr(s, field) for s in shards if getattr(s, field) is not None]
+        worst[field] = (
+            (sum(values) if field in ("loop_lag_samples", "sends_scheduled") else max(values)) if values else None
+        )
+    return ClientTiming.model_validate({k: v for k, v in worst.items() if v is not None})
+
+
+def _engine_late_share(deltas: dict[str, Any] | None) -> float | None:
+    written = (deltas or {}).get("sim_tokens_written") or 0.0
+    return float((deltas or {}).get("sim_tokens_written_late", 0.0)) / written if written else None
+
+
 def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[str, Any]:
     invalid: list[str] = []
     preliminary: list[str] = []
@@ -165,6 +186,9 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
             preliminary.append(
                 f"job {j['job_id']}: {j['skipped_arrivals']} arrivals found every session busy and none left to open"
             )
+        timing = j.get("timing") or {}
+        if timing.get("reliable") is False:
+            preliminary.append(f"job {j['job_id']}: TTFT and ITL unreliable: " + "; ".join(timing["reasons"]))
         if j.get("stability_cv") is not None and j["stability_cv"] > UNSTABLE_CV:
             preliminary.append(
                 f"job {j['job_id']}: throughput varies over time (CV {j['stability_cv']:.2f} "
@@ -376,6 +400,11 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 samples = await store.engine_samples(run_id, start - timedelta(seconds=10), end + timedelta(seconds=10))
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
+                entry["timing"] = timing_verdict(
+                    _worst_client_timing(job["client_timing"]),
+                    entry.get("merged_chunk_share"),
+                    _engine_late_share(deltas),
+                )
                 kv_keys = ("kv_bytes_transferred", "kv_bytes_loaded_remote", "kv_bytes_stored_remote")
                 job_windows.append(
                     {
@@ -447,6 +476,14 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                     spec, engine, window_by[name], best, pooled["goodput_rps"], pooled["output_tokens_per_s"], settings
                 ),
                 "validity": _validity(spec, jobs, pooled),
+                "timing": {
+                    "reliable": all((j.get("timing") or {}).get("reliable", True) for j in jobs),
+                    "reasons": [
+                        f"job {j['job_id']}: {reason}"
+                        for j in jobs
+                        for reason in (j.get("timing") or {}).get("reasons", [])
+                    ],
+                },
                 "jobs": jobs,
             }
         )
@@ -486,6 +523,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "measured window per engine and summed (samples every few seconds, so window edges are approximate)",
             "across_repeats": "mean, sample standard deviation and two-sided Student-t 95% interval over the repeats "
             "of a test point",
+            "timing": TIMING_DEFINITION,
             "stability_cv": "coefficient of variation of output tokens/s over 10 equal slices of the window",
             "drift": "least-squares slope of per-slice median TTFT; flagged when significant at 95% and above 10% "
             "over the window",

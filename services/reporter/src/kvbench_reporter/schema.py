@@ -31,6 +31,11 @@ class Validity(_Open):
     reasons: list[str] = Field(description="Why it is not valid, or what to keep in mind")
 
 
+class Timing(_Open):
+    reliable: bool = Field(description="False when the client's or the simulated engines' own lag passed a threshold")
+    reasons: list[str] = Field(description="Which lag passed which threshold (definitions.timing)")
+
+
 class Interval(_Open):
     n: int = Field(description="Repeats with a value")
     mean: float | None = Field(description="Mean over repeats")
@@ -77,6 +82,9 @@ class Job(_Open):
         description="Engine seconds per wall-clock second (a simulated cluster paced faster than real time); every "
         "time in the report is engine seconds",
     )
+    timing: Timing | None = Field(
+        None, description="Whether TTFT and ITL can be trusted: the load generator's lag, merged reads, pacing slip"
+    )
 
 
 class Workload(_Open):
@@ -107,6 +115,7 @@ class Workload(_Open):
     engine_counters: dict[str, float] | None = Field(description="Normalised engine counters over the windows")
     limits: dict[str, Any] = Field(description="Break-even bandwidth, tier rates, GPU power, capacity, cost")
     validity: Validity = Field(description="Did it work?")
+    timing: Timing = Field(description="TTFT and ITL reliable in every job, or the reasons they are not")
     jobs: list[Job] = Field(description="What happened underneath, per job")
 
 

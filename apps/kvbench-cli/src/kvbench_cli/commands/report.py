@@ -47,7 +47,8 @@ def cmd_report_schema(_: argparse.Namespace) -> int:
 def cmd_report_analyze(args: argparse.Namespace) -> int:
     """DESIGN.md 6: the client-side figures of record files, with the report's definitions, no server."""
     from kvbench_contracts.records import RequestRecord  # noqa: PLC0415
-    from kvbench_core.analysis import Slo, analyze  # noqa: PLC0415
+    from kvbench_core.analysis import Slo, analyze_grouped  # noqa: PLC0415
+    from kvbench_core.timing import TIMING_DEFINITION, timing_verdict  # noqa: PLC0415
 
     records: list[RequestRecord] = []
     for path in args.files:
@@ -60,21 +61,47 @@ def cmd_report_analyze(args: argparse.Namespace) -> int:
                         f"[red]{escape(path)}:{number}[/red]: not a request record ({escape(str(exc)[:200])})"
                     )
                     return 2
-    load_end = args.load_duration_s
-    if load_end is None:  # the whole file: up to the last request's end
-        load_end = max((r.start_s + (r.e2e_s or 0.0) for r in records), default=0.0)
-    figures = analyze(records, args.warmup_s, load_end, Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms))
+    if not records:
+        err_console.print("[red]no request records[/red] in " + escape(", ".join(args.files)))
+        return 2
+    slo = Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms)
+    groups = analyze_grouped(records, args.by, args.warmup_s, args.load_duration_s, slo)
+    for group in groups:  # files carry no client lag figures: merged reads are what the records can tell
+        group["timing"] = timing_verdict(None, group["merged_chunk_share"])
+    key = "workloads" if args.by == "workload" else "jobs"
     if args.json:
-        sys.stdout.write(json.dumps(figures, indent=2) + "\n")
-    else:
-        print_figures(figures)
+        out = {
+            "by": args.by,
+            key: groups,
+            "definitions": {
+                "window_s": "per job: load end (--load-duration-s, else the job's last request end) - warm-up; a "
+                "workload sums its jobs' windows and pools their measured requests",
+                "timing": TIMING_DEFINITION,
+            },
+        }
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return 0
+    for group in groups:
+        label = group["name"] if args.by == "workload" else f"{group['job_id']} ({group['workload']})"
+        console.print(f"[bold]{escape(label)}[/bold] · {group['jobs']} job(s)")
+        print_figures(group)
+        if not group["timing"]["reliable"]:
+            console.print("[yellow]TTFT and ITL unreliable:[/yellow] " + escape("; ".join(group["timing"]["reasons"])))
     return 0
 
 
 def add_analyze_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
     p.add_argument("--warmup-s", type=float, default=0.0)
-    p.add_argument("--load-duration-s", type=float, default=None, help="load end (default: the last request's end)")
+    p.add_argument(
+        "--load-duration-s", type=float, default=None, help="each job's load end (default: its last request's end)"
+    )
+    p.add_argument(
+        "--by",
+        choices=("workload", "job"),
+        default="workload",
+        help="figures per workload (its jobs pooled over their summed windows; the default) or per job",
+    )
     p.add_argument("--slo-ttft-ms", type=float, default=None)
     p.add_argument("--slo-tpot-ms", type=float, default=None)
     p.add_argument("--slo-e2e-ms", type=float, default=None)

@@ -1,0 +1,77 @@
+"""Whether a job's TTFT and ITL can be trusted: the load generator's own lag and, on the simulated cluster, the
+engines' pacing slip, held against stated thresholds.
+
+A busy machine delays the client's reads (chunks waiting in the socket together share one receive stamp), its
+scheduled sends and, for simulated engines, the writes of tokens that the model says are due. None of that is the
+engine under test. The figures stay as measured; the report marks them unreliable with the reason, and the
+job's validity says so, so a loaded machine gives flagged figures instead of silently wrong ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench_contracts.events import ClientTiming
+
+__all__ = ["TIMING_DEFINITION", "TIMING_THRESHOLDS", "timing_verdict"]
+
+TIMING_THRESHOLDS: dict[str, float] = {
+    # the client's event loop: a timer firing this late at p99 delays one read or send in a hundred as much
+    "loop_lag_p99_ms": 10.0,
+    # content chunks whose gap from the previous chunk is zero: read together, so their ITL split is lost
+    "merged_chunk_share": 0.02,
+    # scheduled sends (request rate, trace) more than 1 ms behind their schedule
+    "sends_late_share": 0.05,
+    # simulated engines: tokens written more than 5 ms after the model's due time
+    "engine_late_token_share": 0.005,
+}
+
+TIMING_DEFINITION = (
+    "TTFT and ITL are unreliable when the load generator's event loop ran more than "
+    f"{TIMING_THRESHOLDS['loop_lag_p99_ms']:g} ms late at p99, more than "
+    f"{TIMING_THRESHOLDS['merged_chunk_share']:.0%} of content chunks arrived merged with the previous one (zero "
+    f"gap), more than {TIMING_THRESHOLDS['sends_late_share']:.0%} of scheduled sends left over 1 ms late, or "
+    f"(simulated engines) more than {TIMING_THRESHOLDS['engine_late_token_share']:.1%} of tokens were written over "
+    "5 ms after their modelled time"
+)
+
+
+def timing_verdict(
+    client: ClientTiming | None, merged_chunk_share: float | None, engine_late_token_share: float | None = None
+) -> dict[str, Any]:
+    """``{"reliable", "reasons", "figures"}`` for one job (or a pooled workload: pass the worst of its jobs)."""
+    reasons: list[str] = []
+    limit = TIMING_THRESHOLDS
+    lag = client.loop_lag_p99_ms if client is not None else None
+    if lag is not None and lag > limit["loop_lag_p99_ms"]:
+        reasons.append(
+            f"the load generator's event loop ran {lag:.1f} ms late at p99 (threshold {limit['loop_lag_p99_ms']:g} "
+            "ms): the client's machine was busy"
+        )
+    if merged_chunk_share is not None and merged_chunk_share > limit["merged_chunk_share"]:
+        reasons.append(
+            f"{merged_chunk_share:.1%} of content chunks were read together with the previous one (threshold "
+            f"{limit['merged_chunk_share']:.0%}): the client read late, so ITL is split wrongly"
+        )
+    late = client.sends_late_share if client is not None else None
+    if client is not None and late is not None and late > limit["sends_late_share"]:
+        reasons.append(
+            f"{late:.1%} of scheduled sends left more than 1 ms late (p99 {client.send_late_p99_ms or 0:.1f} ms; "
+            f"threshold {limit['sends_late_share']:.0%}): the offered load was not the one asked for"
+        )
+    if engine_late_token_share is not None and engine_late_token_share > limit["engine_late_token_share"]:
+        reasons.append(
+            f"the simulated engines wrote {engine_late_token_share:.1%} of tokens more than 5 ms after their modelled "
+            f"time (threshold {limit['engine_late_token_share']:.1%}): this machine's CPU, not the model"
+        )
+    return {
+        "reliable": not reasons,
+        "reasons": reasons,
+        "figures": {
+            "loop_lag_p99_ms": lag,
+            "loop_lag_max_ms": client.loop_lag_max_ms if client is not None else None,
+            "merged_chunk_share": merged_chunk_share,
+            "sends_late_share": late,
+            "engine_late_token_share": engine_late_token_share,
+        },
+    }
