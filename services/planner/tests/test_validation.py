@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kvbench_planner.state import expand_jobs
@@ -147,3 +148,23 @@ def test_a_plan_without_a_sim_speed_takes_the_planners_and_one_with_keeps_its_ow
         plan({"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}, cluster={"group": "g"})
     )
     assert sim_cluster(real.workloads[0], 20.0) is None
+
+
+def test_missing_data_is_refused_at_review_with_the_field_and_how_to_get_it(tmp_path: Path) -> None:
+    base = {"name": "a", "strategy": "own_cache", "stack": "vllm-prefix-gpu", "cluster": {"sim": {"machines": 1}}}
+    missing = str(tmp_path / "no-such-dataset")
+    review = review_plan(
+        {"version": 1, "name": "t", "workloads": [{**base, "traffic": {"shape": "agentic_replay", "dataset": missing}}]}
+    )
+    assert not review.valid
+    (problem,) = review.errors
+    assert (problem.code, problem.field) == ("data_not_found", "traffic.dataset")
+    assert "huggingface-cli download" in problem.fix
+    trace = {"shape": "trace_replay", "trace": {"format": "mooncake", "path": str(tmp_path / "none.jsonl")}}
+    review = review_plan({"version": 1, "name": "t", "workloads": [{**base, "traffic": trace}]})
+    (problem,) = review.errors
+    assert (problem.code, problem.field) == ("data_not_found", "traffic.trace.path")
+    # present, they pass
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n')
+    trace["trace"]["path"] = str(tmp_path / "t.jsonl")  # type: ignore[index]
+    assert review_plan({"version": 1, "name": "t", "workloads": [{**base, "traffic": trace}]}).valid

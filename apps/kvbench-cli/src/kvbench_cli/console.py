@@ -91,9 +91,13 @@ def print_fabric(fabric: dict[str, Any]) -> None:
         state = "read" if switch["read"] else f"[red]unread[/red] ({escape(str(switch.get('reason')))})"
         console.print(f"switch {escape(switch['switch'])}: {state}, {switch['reads']} reads around the run")
         for port in switch.get("ports", []):
-            moved = (port.get("if.in_octets_delta") or 0) + (port.get("if.out_octets_delta") or 0)
+            inbound, outbound = port.get("if.in_octets_delta"), port.get("if.out_octets_delta")
+            if inbound is None or outbound is None:  # unknown is never shown as 0
+                why = "its counters reset" if port.get("reset") else "a read lacked its counters"
+                console.print(f"  {port['port']}: unknown over {port['window_s']:.0f} s ({why})")
+                continue
             console.print(
-                f"  {port['port']}: {moved / 1e9:,.2f} GB over {port['window_s']:.0f} s "
+                f"  {port['port']}: {(inbound + outbound) / 1e9:,.2f} GB over {port['window_s']:.0f} s "
                 f"(in {port.get('in_utilization', 0):.2%} / out {port.get('out_utilization', 0):.2%} of line rate)"
             )
     if gate and not gate.get("publishable", True):

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from kvbench_contracts.plan import Plan
+from kvbench_contracts.plan import Plan, Workload
 from kvbench_contracts.problem import Problem
 from kvbench_planner.cluster import ClusterFile, Machine, machines_from_sim
 from kvbench_planner.expand import expand_plan
 from kvbench_planner.rules import workload_issues
 from kvbench_stacks.catalog import CATALOG
+from kvbench_workloads.shapes.agentic import DATASET_FIX, DatasetNotFoundError, resolve_dataset
 
 __all__ = [
     "MAX_JOBS",
@@ -195,6 +197,38 @@ def count_jobs(plan: Plan) -> int:
     return sum(len(w.job_grid()) for w in plan.workloads)
 
 
+def _data_problems(w: Workload) -> list[Problem]:
+    """The data a workload's traffic reads must be there: a run never starts to crash on a missing file."""
+    traffic = w.traffic
+    if traffic.shape == "agentic_replay":
+        try:
+            resolve_dataset(traffic.dataset)
+        except DatasetNotFoundError:
+            return [
+                Problem(
+                    code="data_not_found",
+                    message=f"The data set {traffic.dataset or 'sammshen'!r} is not installed on this machine",
+                    fix=DATASET_FIX + ".",
+                    field="traffic.dataset",
+                    workload=w.name,
+                )
+            ]
+    if traffic.shape == "trace_replay" and traffic.trace is not None:
+        path = Path(traffic.trace.path).expanduser()
+        if not path.is_file():
+            return [
+                Problem(
+                    code="data_not_found",
+                    message=f"The trace file {traffic.trace.path} does not exist or is not a file",
+                    fix="Set traffic.trace.path to a readable trace file; the public traces are in data/traces "
+                    "(see kvbench's README).",
+                    field="traffic.trace.path",
+                    workload=w.name,
+                )
+            ]
+    return []
+
+
 def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review:
     if not isinstance(data, dict):
         return Review(
@@ -240,6 +274,7 @@ def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review
                         workload=w.name,
                     )
                 )
+        review.errors.extend(_data_problems(w))
         errors, warnings = workload_issues(w, machines)
         stack = CATALOG.get(w.stack)
         if w.cluster.sim is not None and stack is not None and not stack.simulated:

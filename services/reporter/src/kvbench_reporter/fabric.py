@@ -18,7 +18,9 @@ from kvbench_contracts.fabric import SwitchConfig
 from kvbench_reporter.agreement import FEC_NAMES, HostSide, SwitchSide, agreement_checks
 from kvbench_reporter.store import Store
 
-__all__ = ["SWITCH_UNREAD", "fabric_section"]
+__all__ = ["EPOCH_TOLERANCE_S", "SWITCH_UNREAD", "fabric_section", "same_boot"]
+
+EPOCH_TOLERANCE_S = 2  # SNMP's derived boot second moves by one between polls of one boot
 
 GAUGES = {"if.speed": "speed_mbps", "if.mtu": "mtu", "if.oper_status": "oper_status", "if.fec_mode": "fec_code"}
 
@@ -78,7 +80,8 @@ async def fabric_section(
         "definition": "switches the run's machines are cabled to (LLDP); a switch is read when a good read lies at or "
         f"before the run's start + {guard_s:g} s (stacks take longer to stand up) and one at or after its end; port "
         f"deltas span [start - {guard_s:g} s, end + {guard_s:g} s] where reads allow; per job (``jobs``), the "
-        "cabled ports' deltas between the reads bracketing its measured window with the same guard, and the KV bytes "
+        "cabled ports' deltas between the reads bracketing its measured window with the same guard but never inside "
+        "another job's measured window, and the KV bytes "
         "its engines said they moved (transferred, loaded from and stored to remote tiers: each byte crosses a "
         "sender's port and a receiver's, and ports carry other traffic too)",
         "switches": [],
@@ -96,8 +99,8 @@ async def fabric_section(
                                     "reason": "marked as carrying no benchmark traffic"})  # fmt: skip
             continue
         reads = await store.pool.fetch(
-            "SELECT ok, reason, read_at, lldp_remote FROM switch_reads WHERE switch = $1 AND read_at BETWEEN $2 AND $3 "
-            "ORDER BY read_at",
+            "SELECT event_id, ok, reason, read_at, lldp_remote FROM switch_reads WHERE switch = $1 "
+            "AND read_at BETWEEN $2 AND $3 ORDER BY read_at",
             switch,
             before - timedelta(seconds=reach_s),
             after + timedelta(seconds=reach_s),
@@ -124,15 +127,18 @@ async def fabric_section(
         if entry["read"]:
             guarded_before = [r for r in good_before if r["read_at"] <= before] or good_before
             guarded_after = [r for r in good_after if r["read_at"] >= after] or good_after
-            t0, t1 = guarded_before[-1]["read_at"], guarded_after[0]["read_at"]
+            first, last = guarded_before[-1], guarded_after[0]
+            t0, t1 = first["read_at"], last["read_at"]
             entry["window"] = {"from": t0.isoformat(), "to": t1.isoformat()}
-            entry["ports"] = await _port_deltas(store, switch, t0, t1)
+            entry["ports"] = await _port_deltas(store, switch, first["event_id"], last["event_id"], t0, t1)
             remote = good_after[0]["lldp_remote"]
             remote = json.loads(remote) if isinstance(remote, str) else remote
             entry["agreement"] = await _agreement(store, switch, cables, inventories, entry["ports"], remote, t0, t1)
             cabled_ports = {c["port"] for c in cables}
+            windows = sorted(jobs or [], key=lambda j: j["start"])
             entry["jobs"] = [
-                await _job_window(store, switch, job, cabled_ports, guard_s, reach_s) for job in jobs or []
+                await _job_window(store, switch, job, cabled_ports, guard_s, reach_s, _neighbours(windows, job))
+                for job in jobs or []
             ]
         else:
             unread.append(entry)
@@ -147,27 +153,52 @@ async def fabric_section(
     return out
 
 
+def _neighbours(windows: list[dict[str, Any]], job: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """The end of the last other job's measured window before this one's start, and the start of the first after
+    its end: a job's port deltas never reach into another job's window."""
+    before = [w["end"] for w in windows if w is not job and w["end"] <= job["start"]]
+    after = [w["start"] for w in windows if w is not job and w["start"] >= job["end"]]
+    return (max(before) if before else None), (min(after) if after else None)
+
+
 async def _job_window(
-    store: Store, switch: str, job: dict[str, Any], cabled: set[str], guard_s: float, reach_s: float
+    store: Store,
+    switch: str,
+    job: dict[str, Any],
+    cabled: set[str],
+    guard_s: float,
+    reach_s: float,
+    neighbours: tuple[datetime | None, datetime | None],
 ) -> dict[str, Any]:
     """One job's port deltas: between the last good read at least a guard before its measured window and the first
-    at least a guard after it (the nearest reads on either side when the polls are sparser than that)."""
+    at least a guard after it (the nearest reads on either side when the polls are sparser than that), never past
+    the neighbouring jobs' windows."""
     start, end = job["start"], job["end"]
+    floor, ceiling = neighbours
+    low, high = start - timedelta(seconds=guard_s + reach_s), end + timedelta(seconds=guard_s + reach_s)
+    low = max(low, floor) if floor else low
+    high = min(high, ceiling) if ceiling else high
     reads = await store.pool.fetch(
-        "SELECT read_at FROM switch_reads WHERE switch = $1 AND ok AND read_at BETWEEN $2 AND $3 ORDER BY read_at",
+        "SELECT event_id, read_at FROM switch_reads WHERE switch = $1 AND ok AND read_at BETWEEN $2 AND $3 "
+        "ORDER BY read_at",
         switch,
-        start - timedelta(seconds=guard_s + reach_s),
-        end + timedelta(seconds=guard_s + reach_s),
+        low,
+        high,
     )
-    at = [r["read_at"] for r in reads]
-    before = [t for t in at if t <= start - timedelta(seconds=guard_s)] or [t for t in at if t <= start]
-    after = [t for t in at if t >= end + timedelta(seconds=guard_s)] or [t for t in at if t >= end]
+    before = [r for r in reads if r["read_at"] <= start - timedelta(seconds=guard_s)] or [
+        r for r in reads if r["read_at"] <= start
+    ]
+    after = [r for r in reads if r["read_at"] >= end + timedelta(seconds=guard_s)] or [
+        r for r in reads if r["read_at"] >= end
+    ]
     out: dict[str, Any] = {"job_id": job["job_id"], "workload": job["workload"]}
     if not before or not after:
-        out["note"] = "no good reads bracket the job's measured window"
+        out["note"] = "no good reads bracket the job's measured window without reaching into another job's"
         return out
-    t0, t1 = before[-1], after[0]
-    ports = [p for p in await _port_deltas(store, switch, t0, t1) if p["port"] in cabled]
+    first, last = before[-1], after[0]
+    t0, t1 = first["read_at"], last["read_at"]
+    deltas = await _port_deltas(store, switch, first["event_id"], last["event_id"], t0, t1)
+    ports = [p for p in deltas if p["port"] in cabled]
     out["window"] = {"from": t0.isoformat(), "to": t1.isoformat(), "measured_s": (end - start).total_seconds()}
     out["ports"] = ports
     carried = [
@@ -183,11 +214,27 @@ async def _job_window(
     return out
 
 
-async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) -> list[dict[str, Any]]:
+def same_boot(first: str, last: str) -> bool:
+    """Whether two reads' counter epochs are one boot of the device. An epoch is ``name:boot-seconds``; SNMP derives
+    the boot second from the response time less sysUpTime, which moves by a second between polls of one boot, so
+    epochs within EPOCH_TOLERANCE_S are the same boot (a reboot moves it by the whole uptime)."""
+    if first == last:
+        return True
+    name_a, _, boot_a = first.rpartition(":")
+    name_b, _, boot_b = last.rpartition(":")
+    if name_a != name_b or not boot_a.lstrip("-").isdigit() or not boot_b.lstrip("-").isdigit():
+        return False
+    return abs(int(boot_a) - int(boot_b)) <= EPOCH_TOLERANCE_S
+
+
+async def _port_deltas(
+    store: Store, switch: str, first_read: str, last_read: str, t0: datetime, t1: datetime
+) -> list[dict[str, Any]]:
+    """Every port's counters differenced between two reads (exactly those two: never a sample of a read outside)."""
     rows = await store.pool.fetch(
         """
         SELECT port, counter, qualifier, poll_ts, value, epoch FROM fabric_samples
-        WHERE device = $1 AND poll_ts BETWEEN $2 AND $3
+        WHERE device = $1 AND event_id = ANY($2::text[])
           AND counter IN ('if.in_octets', 'if.out_octets', 'if.speed', 'if.mtu', 'if.oper_status', 'if.in_discards',
                           'if.out_discards', 'if.in_errors', 'if.out_errors', 'if.fec_mode', 'pause.in_frames',
                           'pause.out_frames', 'pfc.requests', 'pfc.indications', 'queue.dropped_pkts',
@@ -195,8 +242,7 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
         ORDER BY port, counter, qualifier, poll_ts
         """,
         switch,
-        t0 - timedelta(seconds=5),
-        t1 + timedelta(seconds=5),
+        [first_read, last_read],
     )
     series: dict[tuple[str, str], list[Any]] = {}
     for r in rows:
@@ -208,7 +254,9 @@ async def _port_deltas(store: Store, switch: str, t0: datetime, t1: datetime) ->
         entry = ports.setdefault(port, {"port": port, "window_s": seconds})
         if counter in GAUGES:
             entry[GAUGES[counter]] = int(last["value"])
-        elif first["epoch"] != last["epoch"] or last["value"] < first["value"]:
+        elif len(points) < 2:
+            entry[f"{counter}_delta"] = None  # one read lacks this counter: unknown, never 0
+        elif not same_boot(first["epoch"], last["epoch"]) or last["value"] < first["value"]:
             entry[f"{counter}_delta"] = None  # the counter was reset inside the window: no honest delta
             entry["reset"] = True
         else:

@@ -134,13 +134,21 @@ def _stat_cells(stats: dict[str, Any] | None) -> str:
     return "".join(f"<td>{_fmt(stats.get(k))}</td>" for k in ("mean", "p50", "p90", "p99"))
 
 
+def _gb(value: float | None) -> str:
+    return "unknown" if value is None else _fmt(value / 1e9, 3)
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else _fmt(100 * value, 3)
+
+
 def _port_row(p: dict[str, Any]) -> str:
     cells = [
-        escape(str(p["port"])),
-        _fmt((p.get("if.in_octets_delta") or 0) / 1e9, 3),
-        _fmt((p.get("if.out_octets_delta") or 0) / 1e9, 3),
-        _fmt(100 * (p.get("in_utilization") or 0), 3),
-        _fmt(100 * (p.get("out_utilization") or 0), 3),
+        escape(str(p["port"])) + (" <small>(counters reset)</small>" if p.get("reset") else ""),
+        _gb(p.get("if.in_octets_delta")),
+        _gb(p.get("if.out_octets_delta")),
+        _pct(p.get("in_utilization")),
+        _pct(p.get("out_utilization")),
         _fmt(p.get("speed_mbps"), 0),
         f"{p.get('if.in_errors_delta', '–')} / {p.get('if.out_errors_delta', '–')}",
     ]
@@ -166,8 +174,8 @@ def _job_fabric_row(job: dict[str, Any]) -> str:
     cells = [
         escape(job["job_id"]),
         escape(job["workload"]),
-        _fmt((job.get("port_bytes") or 0) / 1e9, 3),
-        _fmt((job.get("engine_kv_bytes") or 0) / 1e9, 3),
+        _gb(job.get("port_bytes")),
+        _gb(job.get("engine_kv_bytes")),
         _fmt(100 * busiest, 3),
         str(pause),
         escape(str((job.get("bottleneck") or {}).get("verdict", ""))),

@@ -20,9 +20,14 @@ from kvbench_workloads.jsonl import read_jsonl
 from kvbench_workloads.sessions import ReplaySession, Session, Turn
 from kvbench_workloads.source import ShapeRequest, Source, shape_builder, shared_sessions
 
-__all__ = ["AgenticDataset", "DatasetNotFoundError", "load_agentic", "resolve_dataset"]
+__all__ = ["DATASET_FIX", "AgenticDataset", "DatasetNotFoundError", "load_agentic", "resolve_dataset"]
 
 HUB_ID = "sammshen/lmcache-agentic-traces"
+# how to provide the data set: said by the plan's review and by the load generator alike
+DATASET_FIX = (
+    f"Download it (huggingface-cli download --repo-type dataset {HUB_ID}), or set traffic.dataset to a parquet file, "
+    "a directory of parquet shards or a Mooncake-style JSONL file (or KVBENCH_AGENTIC_DATASET to its path)"
+)
 _COLUMNS = ["session_id", "input", "output_length", "pre_gap"]
 
 
@@ -59,9 +64,8 @@ def resolve_dataset(name: str | None) -> Path:
             return snapshots[-1]
     raise DatasetNotFoundError(
         f"traffic.dataset: {name!r} is not a file or directory here and no installed copy of {HUB_ID} was found; "
-        "download it (huggingface-cli download --repo-type dataset sammshen/lmcache-agentic-traces) or set "
-        "traffic.dataset to a parquet file, a directory of parquet shards or a Mooncake-style JSONL file "
-        "(or KVBENCH_AGENTIC_DATASET to its path)"
+        + DATASET_FIX[0].lower()
+        + DATASET_FIX[1:]
     )
 
 
