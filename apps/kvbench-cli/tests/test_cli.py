@@ -41,3 +41,17 @@ def test_report_is_a_group_whose_default_shows_a_run(capsys: pytest.CaptureFixtu
         main(["report", "schema"])
     assert schema.value.code == 0
     assert "$defs" in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(
+    "argv", [["report", "analyze", "/nonexistent/records.jsonl"], ["plan", "validate", "/nonexistent/plan.yaml"]]
+)
+def test_a_missing_file_is_an_error_naming_it_not_a_traceback(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert argv[-1] in err
+    assert "Traceback" not in err

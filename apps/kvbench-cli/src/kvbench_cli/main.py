@@ -30,6 +30,11 @@ def main(argv: list[str] | None = None) -> None:
         where = exc.request.url if exc.__dict__.get("_request") is not None else "the service"
         err_console.print(f"[red]error:[/red] cannot reach {where}: {exc}; is kvbench up? (`kvbench status`, --api)")
         code = 1
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        # a file the user named (a plan, records, a trace) that cannot be read or written: no traceback
+        name = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"[red]error:[/red] {name}{exc.strerror or exc}; check the path and its permissions")
+        code = 2
     except KeyboardInterrupt:
         code = 130
     raise SystemExit(code)
