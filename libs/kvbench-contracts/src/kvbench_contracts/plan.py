@@ -349,6 +349,11 @@ class Plan(StrictModel):
     )
     defaults: dict[str, Any] = Field(default_factory=dict, description="Deep-merged under every workload")
     workloads: list[Workload] = Field(min_length=1, description="The compared workloads")
+    baseline: str | None = Field(
+        None,
+        max_length=63,
+        description="The workload every other is compared with in the report (default: the first own_cache one)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -295,6 +295,16 @@ def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review
         review.warnings.extend(warnings)
         if machines is not None:
             review.machines[w.name] = machines
+    if plan.baseline is not None and plan.baseline not in seen:
+        review.errors.append(
+            Problem(
+                code="invalid_field",
+                message=f"The baseline {plan.baseline!r} is not a workload of this plan",
+                fix=f"Set baseline to one of {', '.join(sorted(seen))}, or leave it out to compare with the first "
+                "own_cache workload.",
+                field="baseline",
+            )
+        )
     review.jobs = count_jobs(plan)
     if review.jobs > MAX_JOBS:
         review.errors.append(

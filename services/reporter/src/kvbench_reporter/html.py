@@ -225,21 +225,114 @@ def _fabric_html(fabric: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _interval(stat: dict[str, Any] | None) -> str:
+    if not stat or stat.get("mean") is None:
+        return "–"
+    ci = stat.get("ci95")
+    return f"{stat['mean']:.2f}x" + (f" <small>({ci[0]:.2f}–{ci[1]:.2f})</small>" if ci else "")
+
+
+def _compared_row(w: dict[str, Any]) -> str:
+    verdict = w["validity"]["verdict"]
+    badge = f'<span class="badge" style="background:{_VERDICT_COLOUR.get(verdict, "#666")}">{verdict}</span>'
+    head = f"<td><b>{escape(w['name'])}</b><br><small>{escape(w['stack'])}</small></td><td>{badge}</td>"
+    if not w["requests_measured"]:  # no valid result: say why on its own row
+        why = w["validity"]["reasons"][0] if w["validity"]["reasons"] else "nothing was measured"
+        return f'<tr class="no-result">{head}<td colspan=10>no valid result: {escape(why)}</td></tr>'
+    comparison = w.get("comparison") or {}
+    if comparison.get("is_baseline"):
+        speedup, helped = "1.00x <small>(baseline)</small>", "baseline"
+    else:
+        speedup = _interval((comparison.get("speedup") or {}).get("ttft_p50"))
+        helped = str(comparison.get("verdict", "–"))
+    hit = w["cache_hit_ratio"]
+    return (
+        f"<tr>{head}<td>{_fmt(w['requests'])}</td><td>{_fmt(w['requests_measured'])}</td>"
+        f"<td>{_fmt(w['ttft_ms'].get('p50'))}</td><td>{_fmt(w['ttft_ms'].get('p90'))}</td>"
+        f"<td>{_fmt(w['ttft_ms'].get('p99'))}</td><td>{_fmt(w['tpot_ms'].get('p50'), 2)}</td>"
+        f"<td>{_fmt(w['output_tokens_per_s'])}</td><td>{_fmt(hit * 100 if hit is not None else None)}%</td>"
+        f'<td>{speedup}</td><td class="helped">{escape(helped)}</td></tr>'
+    )
+
+
+_FIGURE_LABELS = {
+    "ttft_p50": "TTFT p50",
+    "ttft_p99": "TTFT p99",
+    "output_tokens_per_s": "output throughput",
+    "goodput_rps": "goodput",
+}
+
+
+def _comparison_html(w: dict[str, Any]) -> str:
+    comparison = w.get("comparison") or {}
+    if comparison.get("is_baseline"):
+        return "<p>This is the run's baseline: every other workload is compared with it.</p>"
+    if not comparison.get("baseline"):
+        return f"<p>{escape(str(comparison.get('note', 'no baseline to compare with')))}</p>"
+    rows = "".join(
+        f"<tr><td>{label}</td><td>{_interval(stat)}</td><td>{escape(str(stat.get('verdict')))}</td>"
+        f"<td>{stat.get('n', 0)}</td></tr>"
+        for key, label in _FIGURE_LABELS.items()
+        if (stat := (comparison.get("speedup") or {}).get(key)) is not None
+    )
+    return (
+        f'<p class="verdict">Against <b>{escape(comparison["baseline"])}</b>: <b>{escape(comparison["verdict"])}</b>'
+        f" (TTFT p50).</p><table><tr><th>figure</th><th>speed-up (95% interval)</th><th>verdict</th>"
+        f"<th>repeats paired</th></tr>{rows}</table>"
+    )
+
+
+def _limits_html(w: dict[str, Any]) -> str:
+    limits = w.get("limits") or {}
+    parts = []
+    if limits.get("break_even_gbps") is not None:
+        parts.append(
+            f"<p>Break-even bandwidth: <b>{limits['break_even_gbps']:.2f} GB/s</b> "
+            f"({_fmt(limits.get('kv_bytes_per_token'), 0)} KV bytes per token x the fastest prefill seen, "
+            f"{_fmt(limits.get('prefill_tokens_per_s_best'), 0)} tokens/s): a tier that loads slower than this "
+            "loses to recomputing.</p>"
+        )
+    tiers = "".join(
+        f"<tr><td>{escape(t['tier'])}</td><td>{t['load_gbps']:.3f}</td><td>{t['store_gbps']:.3f}</td>"
+        f"<td>{_fmt(t.get('prompt_tokens_served'), 0)}</td><td>{escape(t['verdict'])}</td></tr>"
+        for t in limits.get("tiers") or []
+    )
+    parts.append(
+        "<table><tr><th>tier</th><th>load GB/s (average)</th><th>store GB/s</th><th>prompt tokens served</th>"
+        f"<th>against recomputing</th></tr>{tiers}</table>"
+        if tiers
+        else "<p>No KV tier behind the GPU loaded anything in the measured windows.</p>"
+    )
+    power, util = limits.get("gpu_power_w_mean"), limits.get("gpu_utilization_pct_mean")
+    parts.append(
+        f"<p>GPU power {_fmt(power, 0)} W, utilisation {_fmt(util, 0)}% (means over the measured windows).</p>"
+        if power is not None or util is not None
+        else "<p>GPU power and utilisation: not reported by these engines' machines.</p>"
+    )
+    capacity = limits.get("capacity") or {}
+    if capacity.get("goodput_rps_per_machine"):
+        plan = f"{_fmt(capacity['goodput_rps_per_machine'], 2)} requests/s of goodput per machine"
+        if capacity.get("machines_for_target"):
+            plan += (
+                f"; {capacity['machines_for_target']} machines for the target of "
+                f"{_fmt(capacity['target_goodput_rps'], 2)} requests/s"
+            )
+        parts.append(f"<p>Capacity: {plan}.</p>")
+    cost = limits.get("cost") or {}
+    parts.append(
+        f"<p>Cost: {_fmt(cost['usd_per_million_output_tokens'], 3)} USD per million output tokens at "
+        f"{_fmt(cost['usd_per_gpu_hour'], 2)} USD per GPU-hour.</p>"
+        if "usd_per_million_output_tokens" in cost
+        else f"<p>Cost: {escape(str(cost.get('note', 'unknown')))}.</p>"
+    )
+    return "".join(parts)
+
+
 def render_html(report: dict[str, Any]) -> str:
     workloads = report.get("workloads", [])
     names = [w["name"] for w in workloads]
-    rows = []
-    for w in workloads:
-        verdict = w["validity"]["verdict"]
-        rows.append(
-            f"<tr><td><b>{escape(w['name'])}</b><br><small>{escape(w['stack'])}</small></td>"
-            f'<td><span class="badge" style="background:{_VERDICT_COLOUR.get(verdict, "#666")}">{verdict}</span></td>'
-            f"<td>{_fmt(w['requests'])}</td><td>{_fmt(w['requests_measured'])}</td>"
-            f"<td>{_fmt(w['ttft_ms'].get('p50'))}</td><td>{_fmt(w['ttft_ms'].get('p90'))}</td>"
-            f"<td>{_fmt(w['ttft_ms'].get('p99'))}</td><td>{_fmt(w['tpot_ms'].get('p50'), 2)}</td>"
-            f"<td>{_fmt(w['output_tokens_per_s'])}</td>"
-            f"<td>{_fmt(w['cache_hit_ratio'] * 100 if w['cache_hit_ratio'] is not None else None)}%</td></tr>"
-        )
+    rows = [_compared_row(w) for w in workloads]
+    measured_anything = any(w["requests_measured"] for w in workloads)
     charts = [
         bar_chart(
             "Time to first token",
@@ -290,8 +383,9 @@ def render_html(report: dict[str, Any]) -> str:
             {
                 kind: [float((w.get("kv_bytes_moved") or {}).get(key, 0.0)) / 1e9 for w in workloads]
                 for kind, key in (
-                    ("transferred", "kv_bytes_transferred"),
-                    ("loaded from store", "kv_bytes_loaded_remote"),
+                    ("transferred (P/D)", "kv_bytes_transferred"),
+                    ("loaded from shared store", "kv_bytes_loaded_remote"),
+                    ("stored to shared store", "kv_bytes_stored_remote"),
                 )
             },
         ),
@@ -306,6 +400,8 @@ def render_html(report: dict[str, Any]) -> str:
             },
         ),
     ]
+    if not measured_anything:
+        charts = []  # a run that measured nothing goes straight to what happened underneath
     sections = []
     for w in workloads:
         reasons = "".join(f"<li>{escape(r)}</li>" for r in w["validity"]["reasons"]) or "<li>all checks passed</li>"
@@ -356,7 +452,8 @@ def render_html(report: dict[str, Any]) -> str:
                     ("E2E (ms)", "e2e_ms"),
                 )
             )
-            + f"</table><h3>Did distributed KV help?</h3>{engine_line}"
+            + f"</table><h3>Did distributed KV help?</h3>{_comparison_html(w)}{engine_line}"
+            f"<h3>What limited performance?</h3>{_limits_html(w)}"
             f"<h3>What happened underneath?</h3><table><tr><th>job</th><th>load</th><th>repeat</th><th>status</th>"
             f"<th>requests</th><th>measured</th><th>TTFT mean</th><th>p50</th><th>p90</th><th>p99</th>"
             f"<th>tok/s</th><th title='TTFT of the job&#39;s first request, measured or not: after a stack restart, "
@@ -387,8 +484,11 @@ dt{{font-weight:600}}dd{{margin:0 0 6px 12px;color:#333}}small{{color:#555;font-
 submitted {escape(report["submitted_at"])} · generated {escape(report["generated_at"])}</p>
 {f'<ul class="reasons">{reasons}</ul>' if reasons else ""}
 <h2>Workloads compared</h2>
+<p>Baseline: <b>{escape(str(report.get("baseline") or "none (no own_cache workload)"))}</b>. Speed-up: baseline
+TTFT p50 / TTFT p50 (higher is better), mean over repeats with its 95% interval.</p>
 <table id="compared"><tr><th>workload</th><th>verdict</th><th>requests</th><th>measured</th><th>TTFT p50 ms</th>
-<th>p90</th><th>p99</th><th>TPOT p50 ms</th><th>output tok/s</th><th>cached prompt</th></tr>{"".join(rows)}</table>
+<th>p90</th><th>p99</th><th>TPOT p50 ms</th><th>output tok/s</th><th>cached prompt</th><th>speed-up (TTFT p50)</th>
+<th>did it help?</th></tr>{"".join(rows)}</table>
 <div class="charts">{"".join(charts)}</div>
 {"".join(sections)}
 {_fabric_html(report.get("fabric") or {})}

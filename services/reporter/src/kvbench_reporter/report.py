@@ -22,6 +22,7 @@ from kvbench_contracts.envelope import utc_now
 from kvbench_contracts.events import ClientTiming
 from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
 from kvbench_core.columns import Columns
+from kvbench_core.compare import COMPARE_DEFINITION, choose_baseline, compare_to_baseline
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
 from kvbench_core.timing import TIMING_DEFINITION, timing_verdict
 from kvbench_reporter.fabric import fabric_section
@@ -33,6 +34,10 @@ __all__ = ["COUNTERS", "build_report", "counter_deltas", "records_complete"]
 SHORT_WINDOW_S = 300.0
 ERROR_BUDGET = 0.05
 UNSTABLE_CV = 0.30
+NO_PRICE_NOTE = (
+    "no price table: set KVBENCH_REPORTER_PRICE_PER_GPU_HOUR on the reporter to USD per GPU-hour by GPU model, as "
+    'JSON, e.g. \'{"L40S": 1.0, "H100": 2.5}\''
+)
 REPLAY_LAG_S = 0.5  # a trace replay later than this at p99 no longer has the trace's arrival pattern
 COUNTERS = NORMALIZED_COUNTERS
 SOURCES = PROMPT_TOKEN_SOURCES
@@ -338,12 +343,42 @@ def _limits(
             capacity["target_goodput_rps"] = target
             capacity["machines_for_target"] = math.ceil(target / (goodput / machines))
     out["capacity"] = capacity
-    price = (settings.get("price_per_gpu_hour") or {}).get(str(sim.get("gpu") or ""))
+    prices = settings.get("price_per_gpu_hour") or {}
+    price = prices.get(str(sim.get("gpu") or ""))
     if price and gpus and output_tps > 0:
         out["cost"] = {
             "usd_per_gpu_hour": price,
             "usd_per_million_output_tokens": gpus * price / (output_tps * 3600) * 1e6,
         }
+    elif not prices:
+        out["cost"] = {"note": NO_PRICE_NOTE}
+    else:
+        out["cost"] = {"note": f"no price for this pool's GPU ({sim.get('gpu') or 'unknown'}) in the price table"}
+    return out
+
+
+def _tier_verdicts(limits: dict[str, Any], sources: dict[str, Any], helped: str | None) -> list[dict[str, Any]]:
+    """Each tier that loaded KV: its average load rate against the break-even bandwidth, and what that says."""
+    break_even = limits.get("break_even_gbps")
+    tokens = sources.get("tokens") or {}
+    served = {"host": tokens.get("host_tier", 0.0), "disk": tokens.get("disk", 0.0),
+              "remote": tokens.get("shared_store", 0.0)}  # fmt: skip
+    out = []
+    for tier, (load, store) in (limits.get("tier_rates_gbps") or {}).items():
+        if not load and not store and not served.get(tier):
+            continue
+        if break_even is None:
+            verdict = "no break-even bandwidth (unknown model or no prefill measured)"
+        elif load >= break_even:
+            verdict = "faster than recomputing: even its average load rate beats the break-even"
+        elif served.get(tier) and helped == "helped":
+            verdict = "faster than recomputing: TTFT improved against the baseline while it served prompt tokens"
+        elif served.get(tier) and helped == "hurt":
+            verdict = "slower than recomputing: TTFT got worse against the baseline while it served prompt tokens"
+        else:
+            verdict = "not shown: its average rate is below the break-even, and the average understates a tier's speed"
+        out.append({"tier": tier, "load_gbps": load, "store_gbps": store, "break_even_gbps": break_even,
+                    "prompt_tokens_served": served.get(tier, 0.0), "verdict": verdict})  # fmt: skip
     return out
 
 
@@ -487,6 +522,26 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 "jobs": jobs,
             }
         )
+    plan = _json(run["plan"]) or {}
+    order = [str(w.get("name")) for w in plan.get("workloads", []) if isinstance(w, dict)]
+    workloads_out.sort(key=lambda w: order.index(w["name"]) if w["name"] in order else len(order))
+    baseline = choose_baseline(
+        [w["name"] for w in workloads_out], {w["name"]: w["strategy"] for w in workloads_out}, plan.get("baseline")
+    )
+    if baseline is not None:  # the baseline first, then the plan's order
+        workloads_out.sort(key=lambda w: w["name"] != baseline)
+    by_name = {w["name"]: w for w in workloads_out}
+    for workload in workloads_out:
+        if baseline is None:
+            workload["comparison"] = {"baseline": None, "verdict": "no baseline", "note": "no own_cache workload and "
+                                      "no plan baseline: nothing to compare with"}  # fmt: skip
+        elif workload["name"] == baseline:
+            workload["comparison"] = {"baseline": baseline, "is_baseline": True, "verdict": "baseline"}
+        else:
+            workload["comparison"] = compare_to_baseline(workload["jobs"], by_name[baseline]["jobs"], baseline)
+        workload["limits"]["tiers"] = _tier_verdicts(
+            workload["limits"], workload["prompt_token_sources"], workload["comparison"].get("verdict")
+        )
     events = [
         {
             "at": e["occurred_at"].isoformat(),
@@ -524,10 +579,12 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "across_repeats": "mean, sample standard deviation and two-sided Student-t 95% interval over the repeats "
             "of a test point",
             "timing": TIMING_DEFINITION,
+            "comparison": COMPARE_DEFINITION,
             "stability_cv": "coefficient of variation of output tokens/s over 10 equal slices of the window",
             "drift": "least-squares slope of per-slice median TTFT; flagged when significant at 95% and above 10% "
             "over the window",
         },
+        "baseline": baseline,
         "workloads": workloads_out,
         "fabric": fabric,
         "events": events,

@@ -116,6 +116,10 @@ class Workload(_Open):
     limits: dict[str, Any] = Field(description="Break-even bandwidth, tier rates, GPU power, capacity, cost")
     validity: Validity = Field(description="Did it work?")
     timing: Timing = Field(description="TTFT and ITL reliable in every job, or the reasons they are not")
+    comparison: dict[str, Any] = Field(
+        description="Against the run's baseline: {baseline, verdict, speedup: {ttft_p50, ttft_p99, "
+        "output_tokens_per_s, goodput_rps: {n, mean, std, ci95, verdict}}} (definitions.comparison)"
+    )
     jobs: list[Job] = Field(description="What happened underneath, per job")
 
 
@@ -128,7 +132,10 @@ class Report(_Open):
     finished_at: str | None = Field(description="ISO 8601, UTC")
     generated_at: str = Field(description="ISO 8601, UTC")
     definitions: dict[str, str] = Field(description="Every figure's definition, as the report computed it")
-    workloads: list[Workload] = Field(description="Workloads compared, then each workload's five questions")
+    baseline: str | None = Field(description="The workload the others are compared with (None: no own_cache one)")
+    workloads: list[Workload] = Field(
+        description="Workloads compared (the baseline first, then the plan's order), then each one's five questions"
+    )
     fabric: dict[str, Any] = Field(
         default_factory=dict,
         description="Switches the machines are cabled to, whether each was read around the run, port deltas "
