@@ -314,7 +314,7 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
                 "start": t1 + timedelta(seconds=15),
                 "end": t1 + timedelta(seconds=300),
                 "kv_bytes": None,
-            },  # fmt: skip
+            },
         ]
         section = await fabric_section(store, "RF", t0, t1, jobs=jobs)
         first, second, unbracketed = section["switches"][0]["jobs"]
