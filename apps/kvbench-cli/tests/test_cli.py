@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,7 @@ def test_plan_validate_offline_json_and_exit_codes(tmp_path: Path, capsys: pytes
     assert ok.value.code == 0
     body = json.loads(capsys.readouterr().out)
     assert body["valid"] is True
-    assert body["jobs"] == 3  # three workloads, one load level, one repeat
+    assert body["jobs"] == 9  # three workloads, one load level, three repeats
     assert body["errors"] == []
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nname: Bad Name\nworkloads: []\n")
@@ -55,3 +57,50 @@ def test_a_missing_file_is_an_error_naming_it_not_a_traceback(
     err = capsys.readouterr().err
     assert argv[-1] in err
     assert "Traceback" not in err
+
+
+def _workload(name: str, stack: str, comparison: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
+    stats = {"mean": 101.2, "p50": 100.5, "p90": 150.2, "p99": 214.1}
+    return {"name": name, "stack": stack, "validity": {"verdict": "preliminary", "reasons": reasons},
+            "ttft_ms": stats, "tpot_ms": stats, "output_tokens_per_s": 392.5, "cache_hit_ratio": 0.93,
+            "requests": 1234, "requests_measured": 999, "comparison": comparison}  # fmt: skip
+
+
+def test_the_console_comparison_fits_80_columns_and_says_whether_it_helped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from kvbench_cli import console as console_module  # noqa: PLC0415
+
+    screen = Console(width=80, record=True, file=io.StringIO())
+    monkeypatch.setattr(console_module, "console", screen)
+    interval = {"n": 3, "mean": 3.98, "std": 0.05, "ci95": [3.85, 4.11], "verdict": "helped"}
+    speedup = dict.fromkeys(("ttft_p50", "ttft_p99", "output_tokens_per_s", "goodput_rps"), interval)
+    report = {
+        "plan_name": "demo-prefix-cache",
+        "run_id": "01KBXYZ",
+        "status": "failed",
+        "baseline": "prefix-gpu",
+        "reasons": [{"code": "node_lost", "message": "A node stopped responding", "fix": "Check the agent."}],
+        "workloads": [
+            _workload(
+                "prefix-gpu",
+                "vllm-prefix-gpu",
+                {"baseline": "prefix-gpu", "is_baseline": True, "verdict": "baseline"},
+                [],
+            ),
+            _workload(
+                "shared-store-with-a-long-name",
+                "vllm-mooncake-store",
+                {"baseline": "prefix-gpu", "verdict": "helped", "speedup": speedup},
+                ["measured window 20 s is under 300 s"],
+            ),
+        ],
+    }
+    console_module.print_comparison(report)
+    text = screen.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "…" not in text  # nothing truncated
+    assert text.index("node_lost") < text.index("prefix-gpu")  # the run's reasons first
+    assert "3.98x helped" in text
+    assert "helped against prefix-gpu: TTFT p50 3.98x (3.85-4.11)" in text
+    assert "measured window 20 s is under 300 s" in text

@@ -38,7 +38,26 @@ def _make_workload(name: str, p50: float, cached: int) -> dict[str, object]:
             {"job_id": "J", "start_s": 1.0, "ratio": cached / 1000},
             {"job_id": "J", "start_s": 2.0, "ratio": cached / 1000},
         ],
-        "kv_bytes_moved": {"kv_bytes_transferred": 2e9, "kv_bytes_loaded_remote": 0.0},
+        "kv_bytes_moved": {"kv_bytes_transferred": 2e9, "kv_bytes_loaded_remote": 0.0, "kv_bytes_stored_remote": 1e9},
+        "distributions": {
+            "ttft_ms": [p50 * (0.5 + q / 100) for q in range(101)],
+            "itl_ms": [10 + q / 10 for q in range(101)],
+        },
+        "limits": {
+            "break_even_gbps": 12.5,
+            "kv_bytes_per_token": 147456,
+            "prefill_tokens_per_s_best": 85000.0,
+            "tiers": [],
+            "capacity": {"machines": 2, "goodput_rps_per_machine": 1.5},
+            "cost": {"note": "no price table: set KVBENCH_REPORTER_PRICE_PER_GPU_HOUR"},
+        },
+        "comparison": {
+            "baseline": "off",
+            "verdict": "not enough repeats to say",
+            "speedup": {
+                "ttft_p50": {"n": 1, "mean": 6.0, "std": None, "ci95": None, "verdict": "not enough repeats to say"}
+            },
+        },
         "validity": {"verdict": "preliminary", "reasons": ["short <window>"]},
         "jobs": [
             {
@@ -50,6 +69,8 @@ def _make_workload(name: str, p50: float, cached: int) -> dict[str, object]:
                 "requests_measured": 8,
                 "ttft_ms": stats,
                 "output_tokens_per_s": 123.4,
+                "warmup_s": 10.0,
+                "slices": [{"start_s": 10.0 + 2 * i, "ttft_p50_ms": p50 + i, "requests": 3} for i in range(10)],
             }
         ],
     }

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_reporter.html import bar_chart, render_html
+from kvbench_reporter.charts import plotly_bundle
+from kvbench_reporter.html import render_html
 
 
 def test_report_page_is_self_contained_and_escapes_text(workload: Any) -> None:
@@ -18,19 +19,31 @@ def test_report_page_is_self_contained_and_escapes_text(workload: Any) -> None:
         "events": [],
     }
     page = render_html(report)
-    # TTFT, TPOT, throughput, throughput vs latency, TTFT by load, hit ratio over time, sources, KV moved
-    assert page.count("<svg") == 8
-    assert page.count("<polyline") == 6  # two workloads x three line charts
-    assert "<script" not in page
-    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    # TTFT, TPOT, throughput, TTFT and ITL CDFs, TTFT over time, throughput vs latency, hit ratio, KV moved, sources
+    assert page.count('<div class="chart"') == 10
+    assert page.count(plotly_bundle()) == 1  # plotly.js inlined once: no CDN, works offline
+    assert "<script src" not in page
+    assert "<link" not in page
     assert "short &lt;window&gt;" in page
+    for question in ("Did it work?", "How fast?", "Did distributed KV help?", "What limited performance?",
+                     "What happened underneath?"):  # fmt: skip
+        assert page.count(question) == 2  # in each workload's section
+    assert "KVBENCH_REPORTER_PRICE_PER_GPU_HOUR" in page
     assert "Workloads compared" in page
     assert "90.0%" in page
 
 
-def test_bar_chart_scales_to_the_largest_value() -> None:
-    svg = bar_chart("t", "ms", ["a", "b"], {"p50": [10.0, 20.0]}, width=300, height=200)
-    assert svg.count("<rect") == 3  # two bars and one legend swatch
+def test_a_run_that_measured_nothing_draws_no_charts_and_says_why(workload: Any) -> None:
+    empty = workload("off", 0.0, 0)
+    empty["requests_measured"] = 0
+    empty["validity"] = {"verdict": "invalid", "reasons": ["1 of 1 jobs did not succeed: J: stack failed"]}
+    report = {"run_id": "R", "plan_name": "p", "status": "failed", "submitted_at": "2026", "generated_at": "2026",
+              "reasons": [{"code": "stack_failed", "message": "The engine did not start", "fix": "Read its log."}],
+              "definitions": {}, "workloads": [empty], "events": []}  # fmt: skip
+    page = render_html(report)
+    assert '<div class="chart"' not in page
+    assert page.index("stack_failed") < page.index("Workloads compared")
+    assert "no valid result: 1 of 1 jobs did not succeed" in page
 
 
 def test_network_section_shows_ports_cables_and_jobs_escaped(workload: Any) -> None:

@@ -7,6 +7,7 @@ import sys
 from types import FrameType
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -46,41 +47,80 @@ def ms(stats: dict[str, Any] | None, key: str) -> str:
     return "–" if value is None else f"{value:,.1f}"
 
 
+_VALIDITY_SHORT = {"valid": "valid", "preliminary": "prelim.", "invalid": "INVALID"}
+_HELPED_SHORT = {
+    "helped": "helped",
+    "hurt": "hurt",
+    "no significant difference": "no diff.",
+    "not enough repeats to say": "too few reps",
+    "no valid result": "no result",
+    "baseline": "baseline",
+    "no baseline": "–",
+}
+
+
+def _speedup(stat: dict[str, Any] | None) -> str:
+    if not stat or stat.get("mean") is None:
+        return "–"
+    ci = stat.get("ci95")
+    return f"{stat['mean']:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+
+
 def print_comparison(report: dict[str, Any]) -> None:
-    table = Table(title=f"kvbench {report['plan_name']} · run {report['run_id']} · {report['status']}")
-    for column in (
-        "workload",
-        "stack",
-        "verdict",
-        "requests",
-        "measured",
-        "TTFT p50 ms",
-        "TTFT p90 ms",
-        "TTFT p99 ms",
-        "TPOT p50 ms",
-        "output tok/s",
-        "cached prompt tokens",
-    ):
-        table.add_column(column, justify="left" if column in ("workload", "stack", "verdict") else "right")
+    """Workloads compared, in 80 columns: the baseline first, each one's speed-up and verdict, then why."""
+    for reason in report.get("reasons") or []:  # a run that failed says why before anything else
+        console.print(
+            f"[red]{escape(str(reason.get('code', 'failed')))}[/red]: {escape(str(reason.get('message', '')))} "
+            f"{escape(str(reason.get('fix', '')))}"
+        )
+    table = Table(
+        title=f"kvbench {escape(report['plan_name'])} · {report['status']} · baseline {report.get('baseline') or '–'}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for column in ("workload", "valid?", "TTFT p50", "TTFT p99", "tok/s", "cached", "vs baseline"):
+        table.add_column(
+            column, justify="left" if column in ("workload", "valid?", "vs baseline") else "right", overflow="fold"
+        )
     for w in report["workloads"]:
         ratio = w.get("cache_hit_ratio")
+        comparison = w.get("comparison") or {}
+        verdict = str(comparison.get("verdict", "–"))
+        against = _HELPED_SHORT.get(verdict, verdict)
+        if not comparison.get("is_baseline") and comparison.get("speedup"):
+            against = f"{(comparison['speedup']['ttft_p50'].get('mean') or 0):.2f}x {against}"
         table.add_row(
             w["name"],
-            w["stack"],
-            w["validity"]["verdict"],
-            f"{w['requests']:,}",
-            f"{w['requests_measured']:,}",
+            _VALIDITY_SHORT.get(w["validity"]["verdict"], w["validity"]["verdict"]),
             ms(w["ttft_ms"], "p50"),
-            ms(w["ttft_ms"], "p90"),
             ms(w["ttft_ms"], "p99"),
-            ms(w["tpot_ms"], "p50"),
-            f"{w['output_tokens_per_s']:,.1f}",
-            f"{w['cached_prompt_tokens']:,}" + (f" ({ratio:.0%})" if ratio is not None else ""),
+            f"{w['output_tokens_per_s']:,.0f}",
+            f"{ratio:.0%}" if ratio is not None else "–",
+            against,
         )
     console.print(table)
+    console.print("[dim]TTFT in ms; vs baseline: TTFT p50 speed-up (baseline / workload) and its verdict[/dim]")
     for w in report["workloads"]:
+        comparison = w.get("comparison") or {}
+        console.print(f"[bold]{escape(w['name'])}[/bold] ({escape(w['stack'])})", highlight=False)
+        speedups = comparison.get("speedup") or {}
+        if speedups:
+            figures = ", ".join(
+                f"{label} {_speedup(speedups.get(key))}"
+                for key, label in (
+                    ("ttft_p50", "TTFT p50"),
+                    ("ttft_p99", "p99"),
+                    ("output_tokens_per_s", "throughput"),
+                    ("goodput_rps", "goodput"),
+                )
+            )
+            console.print(
+                f"  {escape(str(comparison.get('verdict')))} against {escape(str(comparison.get('baseline')))}: "
+                f"{figures} (95% intervals)",
+                highlight=False,
+            )
         for reason in w["validity"]["reasons"]:
-            console.print(f"  [dim]{w['name']}: {reason}[/dim]")
+            console.print(f"  [dim]{escape(reason)}[/dim]", highlight=False)
     print_fabric(report.get("fabric") or {})
 
 

@@ -22,7 +22,16 @@ import numpy as np
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.columns import Columns
 
-__all__ = ["DEFINITIONS", "Slo", "analyze", "analyze_grouped", "figures", "select_measured", "summarize"]
+__all__ = [
+    "DEFINITIONS",
+    "Slo",
+    "analyze",
+    "analyze_grouped",
+    "distributions",
+    "figures",
+    "select_measured",
+    "summarize",
+]
 
 DEFINITIONS: dict[str, str] = {
     "measured": "requests that start after the warm-up and, if ok, end before the load end; errors that start "
@@ -106,6 +115,17 @@ def _good(c: Columns, slo: Slo) -> int:
     if slo.e2e_ms is not None:
         good &= ~np.isnan(c.e2e_s) & (np.nan_to_num(c.e2e_s, nan=np.inf) * 1e3 <= slo.e2e_ms)
     return int(good.sum())
+
+
+def distributions(measured: Columns, points: int = 101) -> dict[str, list[float]]:
+    """TTFT and ITL quantiles (ms) at ``points`` evenly spaced shares from 0 to 1: the CDFs the report draws."""
+    _, itl = _gaps(measured)
+    ttft = measured.ttft_s[~np.isnan(measured.ttft_s)]
+    shares = np.linspace(0, 100, points)
+    return {
+        name: [float(v) for v in np.percentile(values * 1e3, shares)] if values.size else []
+        for name, values in (("ttft_ms", ttft), ("itl_ms", itl))
+    }
 
 
 def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = None) -> dict[str, Any]:

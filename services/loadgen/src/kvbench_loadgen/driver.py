@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections import deque
@@ -35,6 +36,8 @@ from kvbench_workloads.sources import Source
 __all__ = ["DriveConfig", "DriveResult", "Driver", "to_record"]
 
 Mode = Literal["closed_loop", "request_rate", "trace"]
+CANCEL_GRACE_S = 10.0  # after the drain time, how long cancelled requests may take to finish
+log = logging.getLogger(__name__)
 ERROR_BACKOFF_S, ERROR_BACKOFF_MAX_S = 0.05, 2.0  # closed loop: after failed sessions, doubling up to the cap
 
 
@@ -70,6 +73,7 @@ class DriveResult:
     load_end_s: float = 0.0
     warmup_s: float = 0.0
     replay_lags_s: list[float] = field(default_factory=list)  # trace mode: actual minus scheduled send time
+    abandoned: bool = False  # requests still in flight ignored cancellation after the drain time
     # request rate and trace modes: wall seconds each scheduled send left after its schedule (the client's own lag)
     send_lateness_s: list[float] = field(default_factory=list)
 
@@ -156,8 +160,16 @@ class Driver:
             done, _ = await asyncio.wait([main], timeout=wait_s)
             if main not in done:
                 main.cancel()  # requests still running after the drain time are recorded as timeouts
-            with contextlib.suppress(asyncio.CancelledError):
-                await main
+                # a request stuck where cancelling does not reach (a socket call that ignores it) must not hold
+                # the job forever: after a grace the job ends without it, and says so
+                done, _ = await asyncio.wait([main], timeout=CANCEL_GRACE_S)
+                if main not in done:
+                    self.result.abandoned = True
+                    log.warning("requests ignored cancellation; the job ends without them",
+                                extra={"job_id": cfg.job_id, "grace_s": CANCEL_GRACE_S})  # fmt: skip
+            if main.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
         self.result.load_end_s = cfg.duration_s if bounded else self.result.load_end_s
         if self._measured_span and self.source.measure_phases:
             self.result.warmup_s, self.result.load_end_s = self._measured_span[0], self._measured_span[1]

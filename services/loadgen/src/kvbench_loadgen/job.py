@@ -147,6 +147,11 @@ class JobRunner:
             await sink.close()
         lags = sorted(result.replay_lags_s)
         notes = list(source.notes)
+        if result.abandoned:
+            notes.append(
+                "some requests still in flight at the end of the drain time did not answer cancellation and were "
+                "left without a record; the engines may have stalled"
+            )
         if cmd.time_scale != 1.0:
             notes.append(
                 f"the engines ran {cmd.time_scale:g}x faster than real time: durations, gaps and rates were paced in "

@@ -1,13 +1,15 @@
-"""The report as one self-contained HTML page: inline CSS and SVG charts, no scripts, works offline."""
+"""The report as one self-contained HTML page: inline CSS, charts drawn by plotly.js inlined in the page (see
+charts.py), no request leaves the file, works offline."""
 
 from __future__ import annotations
 
 from html import escape
 from typing import Any
 
-__all__ = ["bar_chart", "render_html"]
+from kvbench_reporter.charts import charts_html, report_charts
 
-_PALETTE = ("#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2")
+__all__ = ["render_html"]
+
 _VERDICT_COLOUR = {"valid": "#16a34a", "preliminary": "#d97706", "invalid": "#dc2626"}
 
 
@@ -19,114 +21,6 @@ def _fmt(value: Any, digits: int = 1) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return escape(str(value))
-
-
-def bar_chart(
-    title: str,
-    unit: str,
-    groups: list[str],
-    series: dict[str, list[float | None]],
-    width: int = 540,
-    height: int = 260,
-) -> str:
-    """Grouped bars: one group per workload, one bar per series."""
-    values = [v for vs in series.values() for v in vs if v is not None]
-    top = max(values) * 1.15 if values and max(values) > 0 else 1.0
-    left, _bottom, plot_h = 56, 40, height - 70
-    plot_w = width - left - 16
-    group_w = plot_w / max(len(groups), 1)
-    bar_w = group_w * 0.8 / max(len(series), 1)
-    parts = [
-        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
-        f'<text x="{left}" y="16" class="ct">{escape(title)} ({escape(unit)})</text>',
-    ]
-    for i in range(5):
-        y = 24 + plot_h - plot_h * i / 4
-        parts.append(
-            f'<line x1="{left}" x2="{width - 16}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{left - 6}" y="{y + 4:.1f}" class="ax" text-anchor="end">{top * i / 4:,.0f}</text>'
-        )
-    for gi, group in enumerate(groups):
-        gx = left + gi * group_w + group_w * 0.1
-        for si, (_, vs) in enumerate(series.items()):
-            v = vs[gi] if gi < len(vs) else None
-            if v is None:
-                continue
-            h = plot_h * v / top
-            x = gx + si * bar_w
-            parts.append(
-                f'<rect x="{x:.1f}" y="{24 + plot_h - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
-                f'fill="{_PALETTE[si % len(_PALETTE)]}"><title>{escape(group)}: {v:,.2f} {escape(unit)}'
-                f"</title></rect>"
-            )
-        parts.append(
-            f'<text x="{gx + group_w * 0.4:.1f}" y="{height - 22}" class="ax" text-anchor="middle">'
-            f"{escape(group)}</text>"
-        )
-    lx = left
-    for si, name in enumerate(series):
-        parts.append(
-            f'<rect x="{lx}" y="{height - 12}" width="10" height="10" fill="{_PALETTE[si % len(_PALETTE)]}"/>'
-            f'<text x="{lx + 14}" y="{height - 3}" class="ax">{escape(name)}</text>'
-        )
-        lx += 14 + 8 * len(name) + 16
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def line_chart(
-    title: str,
-    x_unit: str,
-    y_unit: str,
-    series: dict[str, list[tuple[float, float | None]]],
-    width: int = 540,
-    height: int = 260,
-) -> str:
-    """One line (with points) per series; x and y scales start at zero."""
-    points = [(x, y) for pts in series.values() for x, y in pts if y is not None]
-    if not points:
-        return ""
-    x_max = max(x for x, _ in points) * 1.05 or 1.0
-    y_max = max(y for _, y in points) * 1.15 or 1.0
-    left, plot_h, plot_w = 56, height - 70, width - 72
-
-    def sx(x: float) -> float:
-        return left + plot_w * x / x_max
-
-    def sy(y: float) -> float:
-        return 24 + plot_h - plot_h * y / y_max
-
-    parts = [
-        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
-        f'<text x="{left}" y="16" class="ct">{escape(title)} ({escape(y_unit)} by {escape(x_unit)})</text>',
-    ]
-    for i in range(5):
-        y = 24 + plot_h - plot_h * i / 4
-        parts.append(
-            f'<line x1="{left}" x2="{width - 16}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{left - 6}" y="{y + 4:.1f}" class="ax" text-anchor="end">{y_max * i / 4:,.1f}</text>'
-            f'<text x="{sx(x_max * i / 4):.1f}" y="{height - 28}" class="ax" text-anchor="middle">'
-            f"{x_max * i / 4:,.1f}</text>"
-        )
-    for si, (name, pts) in enumerate(series.items()):
-        colour = _PALETTE[si % len(_PALETTE)]
-        clean = [(x, y) for x, y in pts if y is not None]
-        if len(clean) > 1:
-            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in clean)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        parts += [
-            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"><title>{escape(name)}: '
-            f"{x:,.2f} {escape(x_unit)}, {y:,.2f} {escape(y_unit)}</title></circle>"
-            for x, y in clean
-        ]
-        parts.append(
-            f'<rect x="{left + si * 150}" y="{height - 12}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{left + si * 150 + 14}" y="{height - 3}" class="ax">{escape(name)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 def _stat_cells(stats: dict[str, Any] | None) -> str:
@@ -330,76 +224,9 @@ def _limits_html(w: dict[str, Any]) -> str:
 
 def render_html(report: dict[str, Any]) -> str:
     workloads = report.get("workloads", [])
-    names = [w["name"] for w in workloads]
     rows = [_compared_row(w) for w in workloads]
     measured_anything = any(w["requests_measured"] for w in workloads)
-    charts = [
-        bar_chart(
-            "Time to first token",
-            "ms",
-            names,
-            {p: [w["ttft_ms"].get(p) for w in workloads] for p in ("p50", "p90", "p99")},
-        ),
-        bar_chart(
-            "Time per output token",
-            "ms",
-            names,
-            {p: [w["tpot_ms"].get(p) for w in workloads] for p in ("p50", "p90", "p99")},
-        ),
-        bar_chart(
-            "Output throughput", "tokens/s", names, {"throughput": [w["output_tokens_per_s"] for w in workloads]}
-        ),
-        line_chart(
-            "Throughput against latency",
-            "TTFT p50 ms",
-            "output tokens/s",
-            {
-                w["name"]: [(tp["ttft_ms"]["p50"] or 0.0, tp["output_tokens_per_s"]) for tp in w.get("test_points", [])]
-                for w in workloads
-            },
-        ),
-        line_chart(
-            "TTFT by concurrency",
-            "load level",
-            "TTFT p50 ms",
-            {
-                w["name"]: [(tp["load_level"], tp["ttft_ms"]["p50"]) for tp in w.get("test_points", [])]
-                for w in workloads
-            },
-        ),
-        line_chart(
-            "Cache hit ratio over time",
-            "slice",
-            "share of prompt tokens cached",
-            {
-                w["name"]: [(float(i), h["ratio"]) for i, h in enumerate(w.get("hit_ratio_over_time", []))]
-                for w in workloads
-            },
-        ),
-        bar_chart(
-            "KV bytes moved between machines",
-            "GB",
-            names,
-            {
-                kind: [float((w.get("kv_bytes_moved") or {}).get(key, 0.0)) / 1e9 for w in workloads]
-                for kind, key in (
-                    ("transferred (P/D)", "kv_bytes_transferred"),
-                    ("loaded from shared store", "kv_bytes_loaded_remote"),
-                    ("stored to shared store", "kv_bytes_stored_remote"),
-                )
-            },
-        ),
-        bar_chart(
-            "Where prompt tokens came from",
-            "tokens",
-            names,
-            {
-                source: [float(w["prompt_token_sources"]["tokens"].get(source, 0.0)) for w in workloads]
-                for source in ("gpu_hit", "host_tier", "disk", "shared_store", "transferred", "recomputed")
-                if any(w["prompt_token_sources"]["tokens"].get(source) for w in workloads)
-            },
-        ),
-    ]
+    charts = report_charts(workloads)
     if not measured_anything:
         charts = []  # a run that measured nothing goes straight to what happened underneath
     sections = []
@@ -476,7 +303,7 @@ body{{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;colo
 table{{border-collapse:collapse;margin:8px 0 16px}}td,th{{border:1px solid #ddd;padding:4px 8px;text-align:right}}
 td:first-child,th:first-child{{text-align:left}}th{{background:#f3f4f6}}h2{{border-bottom:2px solid #e5e7eb}}
 .badge{{color:#fff;border-radius:4px;padding:1px 6px}}.charts{{display:flex;flex-wrap:wrap;gap:12px}}
-.ct{{font-weight:600;font-size:13px}}.ax{{font-size:11px;fill:#444}}.grid{{stroke:#e5e7eb}}
+.chart{{width:540px;height:340px;border:1px solid #e5e7eb}}
 dt{{font-weight:600}}dd{{margin:0 0 6px 12px;color:#333}}small{{color:#555;font-weight:normal}}
 </style></head><body>
 <h1>kvbench report: {escape(report["plan_name"])}</h1>
@@ -489,7 +316,7 @@ TTFT p50 / TTFT p50 (higher is better), mean over repeats with its 95% interval.
 <table id="compared"><tr><th>workload</th><th>verdict</th><th>requests</th><th>measured</th><th>TTFT p50 ms</th>
 <th>p90</th><th>p99</th><th>TPOT p50 ms</th><th>output tok/s</th><th>cached prompt</th><th>speed-up (TTFT p50)</th>
 <th>did it help?</th></tr>{"".join(rows)}</table>
-<div class="charts">{"".join(charts)}</div>
+{charts_html(charts)}
 {"".join(sections)}
 {_fabric_html(report.get("fabric") or {})}
 <h2>Events</h2><table><tr><th>time (UTC)</th><th>event</th><th>node</th><th>job</th></tr>{events}</table>

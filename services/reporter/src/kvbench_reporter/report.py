@@ -20,7 +20,7 @@ import numpy as np
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
 from kvbench_contracts.events import ClientTiming
-from kvbench_core.analysis import DEFINITIONS, Slo, figures, select_measured
+from kvbench_core.analysis import DEFINITIONS, Slo, distributions, figures, select_measured
 from kvbench_core.columns import Columns
 from kvbench_core.compare import COMPARE_DEFINITION, choose_baseline, compare_to_baseline
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
@@ -361,8 +361,11 @@ def _tier_verdicts(limits: dict[str, Any], sources: dict[str, Any], helped: str 
     """Each tier that loaded KV: its average load rate against the break-even bandwidth, and what that says."""
     break_even = limits.get("break_even_gbps")
     tokens = sources.get("tokens") or {}
-    served = {"host": tokens.get("host_tier", 0.0), "disk": tokens.get("disk", 0.0),
-              "remote": tokens.get("shared_store", 0.0)}  # fmt: skip
+    served = {
+        "host": tokens.get("host_tier", 0.0),
+        "disk": tokens.get("disk", 0.0),
+        "remote": tokens.get("shared_store", 0.0),
+    }
     out = []
     for tier, (load, store) in (limits.get("tier_rates_gbps") or {}).items():
         if not load and not store and not served.get(tier):
@@ -377,8 +380,16 @@ def _tier_verdicts(limits: dict[str, Any], sources: dict[str, Any], helped: str 
             verdict = "slower than recomputing: TTFT got worse against the baseline while it served prompt tokens"
         else:
             verdict = "not shown: its average rate is below the break-even, and the average understates a tier's speed"
-        out.append({"tier": tier, "load_gbps": load, "store_gbps": store, "break_even_gbps": break_even,
-                    "prompt_tokens_served": served.get(tier, 0.0), "verdict": verdict})  # fmt: skip
+        out.append(
+            {
+                "tier": tier,
+                "load_gbps": load,
+                "store_gbps": store,
+                "break_even_gbps": break_even,
+                "prompt_tokens_served": served.get(tier, 0.0),
+                "verdict": verdict,
+            }
+        )
     return out
 
 
@@ -415,6 +426,8 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "skipped_arrivals": job["skipped_arrivals"],
             "replay_lag_p99_s": job["replay_lag_p99_s"],
             "time_scale": job["time_scale"],
+            "warmup_s": job["warmup_s"],
+            "load_duration_s": job["load_duration_s"],
             "load_notes": json.loads(job["notes"]) if isinstance(job["notes"], str) else list(job["notes"] or []),
         }
         if job["status"] == "succeeded" and job["load_duration_s"] is not None:
@@ -466,7 +479,8 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     workloads_out: list[dict[str, Any]] = []
     for name, jobs in per_workload.items():
         spec = specs.get(name, {})
-        pooled = figures(Columns.concat(measured_by[name]), errors_by[name], window_by[name], _slo(spec))
+        pooled_columns = Columns.concat(measured_by[name])
+        pooled = figures(pooled_columns, errors_by[name], window_by[name], _slo(spec))
         engine = dict(engine_totals[name]) if name in engine_totals else None
         stack, strategy = stacks.get(name, ("", ""))
         prompt = pooled["prompt_tokens"]
@@ -494,6 +508,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 "cached_prompt_tokens": pooled["cached_tokens"],
                 "cache_hit_ratio": pooled["cached_tokens"] / prompt if prompt else None,
                 "test_points": _test_points(jobs, by_level[name], window_by_level[name], spec),
+                "distributions": distributions(pooled_columns),
                 "prompt_token_sources": _sources(pooled, engine, role_totals.get(name)),
                 "hit_ratio_over_time": [
                     {"job_id": j["job_id"], "start_s": s["start_s"], "ratio": s["cache_hit_ratio"]}
@@ -533,8 +548,11 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     by_name = {w["name"]: w for w in workloads_out}
     for workload in workloads_out:
         if baseline is None:
-            workload["comparison"] = {"baseline": None, "verdict": "no baseline", "note": "no own_cache workload and "
-                                      "no plan baseline: nothing to compare with"}  # fmt: skip
+            workload["comparison"] = {
+                "baseline": None,
+                "verdict": "no baseline",
+                "note": "no own_cache workload and no plan baseline: nothing to compare with",
+            }
         elif workload["name"] == baseline:
             workload["comparison"] = {"baseline": baseline, "is_baseline": True, "verdict": "baseline"}
         else:
@@ -580,6 +598,8 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "of a test point",
             "timing": TIMING_DEFINITION,
             "comparison": COMPARE_DEFINITION,
+            "distributions": "TTFT and ITL of the workload's measured requests at 101 evenly spaced quantiles (0 to "
+            "100%), ms: the CDF charts",
             "stability_cv": "coefficient of variation of output tokens/s over 10 equal slices of the window",
             "drift": "least-squares slope of per-slice median TTFT; flagged when significant at 95% and above 10% "
             "over the window",

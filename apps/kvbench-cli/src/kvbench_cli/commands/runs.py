@@ -49,6 +49,8 @@ def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[s
         console.print(f"run [bold]{run_id}[/bold] submitted: {created['jobs']} job(s)")
         if not wait:
             return run_id, None
+        if not console.is_terminal:  # a log or CI: a plain line every 10 s, never minutes of silence
+            return run_id, _wait_plainly(client, endpoints, run_id)
         status: dict[str, Any] = {}
         with Progress(
             TextColumn("{task.description}"),
@@ -61,13 +63,7 @@ def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[s
             task = progress.add_task("starting", total=1.0)
             while True:
                 status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}", headers=endpoints.headers()).json()
-                running = [j for j in status["jobs"] if j["status"] == "running"]
-                label = (
-                    f"{status['status']} · {running[0]['workload']} (load {running[0]['load_level']:g}, "
-                    f"repeat {running[0]['repeat'] + 1}) · {running[0]['requests']} requests"
-                    if running
-                    else status["status"]
-                )
+                label = _progress_label(status)
                 progress.update(task, completed=status["progress"], description=label)
                 if status["status"] in TERMINAL:
                     break
@@ -78,6 +74,39 @@ def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[s
                 f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}"
             )
         return run_id, status
+
+
+def _progress_label(status: dict[str, Any]) -> str:
+    running = [j for j in status["jobs"] if j["status"] == "running"]
+    done = sum(1 for j in status["jobs"] if j["status"] in TERMINAL)
+    if not running:
+        return f"{status['status']} · {done} of {len(status['jobs'])} jobs done"
+    job = running[0]
+    return (
+        f"{status['status']} · {job['workload']} (load {job['load_level']:g}, repeat {job['repeat'] + 1}) · "
+        f"{job['requests']} requests · {done} of {len(status['jobs'])} jobs done"
+    )
+
+
+def _wait_plainly(client: httpx.Client, endpoints: Endpoints, run_id: str, every_s: float = 10.0) -> dict[str, Any]:
+    started = time.monotonic()
+    last_line = -every_s
+    while True:
+        status: dict[str, Any] = client.get(f"{endpoints.api_url}/v1/runs/{run_id}", headers=endpoints.headers()).json()
+        elapsed = time.monotonic() - started
+        finished = status["status"] in TERMINAL
+        if finished or elapsed - last_line >= every_s:
+            console.print(f"[{elapsed:5.0f} s] {status['progress']:4.0%} · {_progress_label(status)}", highlight=False)
+            last_line = elapsed
+        if finished:
+            break
+        time.sleep(1.0)
+    for reason in status.get("reasons", []):
+        err_console.print(
+            f"[red]{escape(str(reason.get('code')))}[/red]: "
+            f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}"
+        )
+    return status
 
 
 def cmd_run(args: argparse.Namespace) -> int:
