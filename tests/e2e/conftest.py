@@ -35,8 +35,12 @@ def short_plan() -> PlanMaker:
         defaults = plan["defaults"]
         defaults["traffic"]["duration_s"] = duration_s
         defaults["traffic"]["arrivals"]["users"] = [users]
+        # the short slice's own traffic (small shared prefixes, one repeat, real time), whatever the demo shows
+        defaults["cluster"]["sim"]["speed"] = 1.0
+        defaults["traffic"]["synthetic"] = {"prefix_tokens": 2048, "groups": 4, "users_per_group": 2, "turns": 3,
+                                            "input_tokens": 96, "output_tokens": 32, "think_time_s": 0.2}  # fmt: skip
         defaults["traffic"]["synthetic"].update(synthetic or {})
-        defaults["measurement"].update(measurement or {})
+        defaults["measurement"].update({"repeats": 1, "routing": "session_affinity", **(measurement or {})})
         keep = ("vllm-prefix-gpu",) if gpu_only else ("vllm-prefix-gpu", "vllm-prefix-off")
         plan["workloads"] = [w for w in plan["workloads"] if w["stack"] in keep]
         return str(yaml.safe_dump(plan))

@@ -108,6 +108,7 @@ def test_agents_on_two_hosts_join_a_listening_control_plane_and_run_a_plan(
             defaults["traffic"]["duration_s"] = 8
             defaults["traffic"]["arrivals"]["users"] = [2]
             defaults["measurement"]["warmup_s"] = 1
+            defaults["measurement"]["repeats"] = 1
             plan["workloads"] = [w for w in plan["workloads"] if w["stack"] == "vllm-prefix-gpu"]
             created = client.post(f"{state.api_url}/v1/runs", content=yaml.safe_dump(plan).encode(),
                                   headers={**headers, "Content-Type": "application/yaml"})  # fmt: skip
