@@ -414,12 +414,17 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     for job in await store.jobs(run_id):
         name = job["workload"]
         spec = specs.get(name, {})
+        status, reason = job["status"], job["reason"]
+        if run["status"] in ("succeeded", "failed", "cancelled") and status in ("pending", "running"):
+            # after the run ends a job's status is final: it never ran, or it was stopped with the run
+            status = "not_run" if status == "pending" else "stopped"
+            reason = reason or f"the run ended ({run['status']}) before this job finished"
         entry: dict[str, Any] = {
             "job_id": job["job_id"],
             "load_level": job["load_level"],
             "repeat": job["repeat"],
-            "status": job["status"],
-            "reason": job["reason"],
+            "status": status,
+            "reason": reason,
             "requests": counts.get(job["job_id"], 0),
             "tokenizer": job["tokenizer"],
             "shards": job["shards"],

@@ -1,0 +1,45 @@
+"""Known answers for 'did it help?': paired speed-ups, their interval and the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvbench_core.compare import choose_baseline, compare_to_baseline
+
+
+def job(repeat: int, ttft_p50: float, tokens_per_s: float, status: str = "succeeded") -> dict[str, Any]:
+    return {"load_level": 8.0, "repeat": repeat, "status": status, "ttft_ms": {"p50": ttft_p50, "p99": ttft_p50 * 3},
+            "output_tokens_per_s": tokens_per_s, "goodput_rps": tokens_per_s / 100}  # fmt: skip
+
+
+def test_a_clear_gain_is_helped_with_an_interval_above_one() -> None:
+    base = [job(r, 400.0 + 10 * r, 100.0) for r in range(3)]
+    faster = [job(r, 100.0 + 2 * r, 200.0 + r) for r in range(3)]
+    out = compare_to_baseline(faster, base, "gpu")
+    ttft = out["speedup"]["ttft_p50"]
+    assert ttft["n"] == 3
+    assert ttft["mean"] == pytest.approx((4.0 + 410 / 102 + 420 / 104) / 3)
+    assert ttft["ci95"][0] > 1.0
+    assert out["verdict"] == ttft["verdict"] == "helped"
+    assert out["speedup"]["output_tokens_per_s"]["verdict"] == "helped"
+
+
+def test_slower_is_hurt_noise_is_no_difference_and_one_repeat_cannot_say() -> None:
+    base = [job(r, 100.0, 100.0) for r in range(3)]
+    assert compare_to_baseline([job(r, 200.0 + r, 50.0) for r in range(3)], base, "b")["verdict"] == "hurt"
+    noisy = [job(0, 90.0, 100.0), job(1, 110.0, 100.0), job(2, 100.0, 100.0)]
+    assert compare_to_baseline(noisy, base, "b")["verdict"] == "no significant difference"
+    one = compare_to_baseline([job(0, 50.0, 100.0)], base, "b")
+    assert one["verdict"] == "not enough repeats to say"
+    assert one["speedup"]["ttft_p50"]["mean"] == pytest.approx(2.0)
+    failed = compare_to_baseline([job(0, 50.0, 100.0, status="failed")], base, "b")
+    assert failed["verdict"] == "no valid result"
+
+
+def test_the_baseline_is_the_plans_else_the_first_own_cache_workload() -> None:
+    strategies = {"off": "own_cache", "gpu": "own_cache", "store": "shared_pool"}
+    assert choose_baseline(["off", "gpu", "store"], strategies, "gpu") == "gpu"
+    assert choose_baseline(["store", "off", "gpu"], strategies, None) == "off"
+    assert choose_baseline(["store"], strategies, None) is None
