@@ -2,8 +2,10 @@
 plain verdict.
 
 A speed-up is always "higher is better": baseline TTFT / workload TTFT, workload throughput / baseline
-throughput. Repeats are paired by (load level, repeat index), which ran in the same order under the same plan,
-and the interval is Student's t over the paired ratios. The verdict reads the interval: above 1 is "helped",
+throughput. Repeats are paired by (load level, repeat index), which ran in the same order under the same plan.
+Ratios are averaged on a log scale (a 2x gain and a 2x loss cancel; one lucky repeat cannot drag the mean past
+the others): the speed-up is the geometric mean of the paired ratios and its interval is Student's t over their
+logarithms, exponentiated. The verdict reads the interval: above 1 is "helped",
 below 1 is "hurt", across 1 is "no significant difference"; fewer than two pairs is "not enough repeats to say".
 """
 
@@ -29,10 +31,10 @@ FIGURES: dict[str, tuple[tuple[str, ...], bool]] = {
 
 COMPARE_DEFINITION = (
     "speed-up against the baseline workload (the plan's baseline, else its first own_cache workload), higher is "
-    "better: baseline TTFT / TTFT, throughput / baseline throughput; jobs paired by load level and repeat, mean and "
-    "Student-t 95% interval of the paired ratios; helped when the interval lies above 1, hurt when below, no "
-    "significant difference when it spans 1, not enough repeats to say with fewer than 2 pairs; the headline "
-    "verdict is TTFT p50's"
+    "better: baseline TTFT / TTFT, throughput / baseline throughput; jobs paired by load level and repeat; "
+    "geometric mean of the paired ratios and the exponentiated Student-t 95% interval of their logarithms; helped "
+    "when the interval lies above 1, hurt when below, no significant difference when it spans 1, not enough "
+    "repeats to say with fewer than 2 pairs; the headline verdict is TTFT p50's"
 )
 
 
@@ -49,6 +51,19 @@ def _value(job: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
             return None
         value = value.get(key)
     return float(value) if isinstance(value, int | float) and not math.isnan(value) else None
+
+
+def _geometric_interval(ratios: list[float | None]) -> dict[str, Any]:
+    """Geometric mean of the ratios and the exponentiated Student-t 95% interval of their logarithms."""
+    logs = repeat_interval([math.log(r) if r is not None else None for r in ratios])
+    if logs["mean"] is None:
+        return logs
+    return {
+        "n": logs["n"],
+        "mean": math.exp(logs["mean"]),
+        "log_std": logs["std"],
+        "ci95": [math.exp(logs["ci95"][0]), math.exp(logs["ci95"][1])] if logs["ci95"] else None,
+    }
 
 
 def _verdict(interval: dict[str, Any]) -> Verdict:
@@ -81,7 +96,7 @@ def compare_to_baseline(
                 ratios.append(None)
                 continue
             ratios.append(b / a if lower_is_better else a / b)
-        interval = repeat_interval(ratios)
+        interval = _geometric_interval(ratios)
         speedups[name] = {**interval, "verdict": _verdict(interval) if interval["n"] else "no valid result"}
     headline: Verdict = speedups["ttft_p50"]["verdict"] if pairs else "no valid result"
     return {"baseline": baseline, "pairs": len(pairs), "speedup": speedups, "verdict": headline}
