@@ -312,7 +312,7 @@ submitted {escape(report["submitted_at"])} · generated {escape(report["generate
 {f'<ul class="reasons">{reasons}</ul>' if reasons else ""}
 <h2>Workloads compared</h2>
 <p>Baseline: <b>{escape(str(report.get("baseline") or "none (no own_cache workload)"))}</b>. Speed-up: baseline
-TTFT p50 / TTFT p50 (higher is better), mean over repeats with its 95% interval.</p>
+TTFT p50 / TTFT p50 (higher is better), geometric mean over paired repeats with its 95% interval.</p>
 <table id="compared"><tr><th>workload</th><th>verdict</th><th>requests</th><th>measured</th><th>TTFT p50 ms</th>
 <th>p90</th><th>p99</th><th>TPOT p50 ms</th><th>output tok/s</th><th>cached prompt</th><th>speed-up (TTFT p50)</th>
 <th>did it help?</th></tr>{"".join(rows)}</table>
