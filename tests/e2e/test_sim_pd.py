@@ -54,3 +54,6 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
     prefill = split["by_role"]["prefill"]
     assert prefill["tokens"]["recomputed"] == pytest.approx(sources["transferred"], rel=0.01), split
     assert split["by_role"]["decode"]["prompt_tokens"] == split["prompt_tokens"]
+    # transferred, not cached: the comparison's cached share leaves them out and says how many moved
+    assert pd["transferred_ratio"] > 0.99
+    assert pd["cache_hit_ratio"] < 0.05

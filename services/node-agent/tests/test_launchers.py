@@ -6,12 +6,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from kvbench_contracts.commands import StartStack
+from kvbench_contracts.commands import PoolMachine, StartStack
 from kvbench_contracts.plan import EngineSpec, SimCluster
 from kvbench_core.procs import pid_alive
 from kvbench_node_agent.launchers.base import LaunchError, read_block_size
-from kvbench_node_agent.launchers.sim import SimLauncher, sim_engine_spec
+from kvbench_node_agent.launchers.sim import SimLauncher, sim_engine_spec, split_layout
 from kvbench_node_agent.scrape import parse_samples
+from kvbench_stacks.topology import SimEngineCounts
 
 
 def revised(cmd: StartStack, update: dict[str, Any]) -> StartStack:
@@ -87,8 +88,9 @@ async def test_sim_launcher_starts_a_healthy_engine_and_stops_it(tmp_path: Path)
 
 
 async def test_sim_launcher_starts_a_split_stack_behind_its_router(tmp_path: Path) -> None:
-    """P/D: the pool's first machine starts the prefill and decode engines and the router; a streamed request
-    through the router is prefilled on one engine and decoded on the other, which counts the transferred KV."""
+    """P/D as the plan places it: the first machine starts the prefill engine and the router, the second the decode
+    engine; a streamed request through the router is prefilled on one engine and decoded on the other, which
+    counts the transferred KV."""
     import aiohttp  # noqa: PLC0415
 
     split = revised(
@@ -100,14 +102,14 @@ async def test_sim_launcher_starts_a_split_stack_behind_its_router(tmp_path: Pat
             "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
         },
     )
-    other = await SimLauncher("n1", tmp_path, health_timeout_s=60).start(split)
-    assert other.endpoints == []  # the second machine's agent starts nothing
-    assert other.processes == []
+    second = SimLauncher("n1", tmp_path, health_timeout_s=60)
+    other = await second.start(split)
+    assert [e.role for e in other.endpoints] == ["decode"]  # the second machine runs the decode engine
     launcher = SimLauncher("n0", tmp_path, health_timeout_s=60)
     deployment = await launcher.start(split)
     try:
-        roles = {e.role: e for e in deployment.endpoints}
-        assert sorted(roles) == ["decode", "prefill", "router"]
+        assert sorted(e.role for e in deployment.endpoints) == ["prefill", "router"]
+        roles = {e.role: e for e in [*deployment.endpoints, *other.endpoints]}
         assert deployment.facts["routing"] == "pd_aware"
         prompt = " ".join(f"p{i}" for i in range(2000))
         body = {"model": "Qwen/Qwen3-8B", "prompt": prompt, "max_tokens": 3, "stream": True}
@@ -126,7 +128,8 @@ async def test_sim_launcher_starts_a_split_stack_behind_its_router(tmp_path: Pat
         assert prefill_metrics['vllm:prompt_tokens_total{engine="0"}'] == 2000
     finally:
         await launcher.stop(deployment)
-    assert all(p.proc.poll() is not None for p in deployment.processes)
+        await second.stop(other)
+    assert all(p.proc.poll() is not None for p in [*deployment.processes, *other.processes])
 
 
 async def test_engines_of_two_machines_share_the_stacks_store(tmp_path: Path) -> None:
@@ -355,10 +358,12 @@ async def test_an_sglang_split_stack_with_decode_side_offload_is_served(tmp_path
             "pool": [{"name": "n0", "host": "127.0.0.1", "gpus": 1}, {"name": "n1", "host": "127.0.0.1", "gpus": 1}],
         },
     )
+    second = SimLauncher("n1", tmp_path, health_timeout_s=60)
+    other = await second.start(split)
     launcher = SimLauncher("n0", tmp_path, health_timeout_s=60)
     deployment = await launcher.start(split)
     try:
-        roles = {e.role: e for e in deployment.endpoints}
+        roles = {e.role: e for e in [*deployment.endpoints, *other.endpoints]}
         body = {"model": "Qwen/Qwen3-8B", "prompt": " ".join(f"p{i}" for i in range(1000)), "max_tokens": 3,
                 "stream": True}  # fmt: skip
         async with aiohttp.ClientSession() as http:
@@ -374,3 +379,36 @@ async def test_an_sglang_split_stack_with_decode_side_offload_is_served(tmp_path
         assert 'kvbench_sim_tier_chunks{tier="host"}' not in metrics["prefill"]
     finally:
         await launcher.stop(deployment)
+        await second.stop(other)
+
+
+def test_a_split_stack_places_prefill_and_decode_on_the_machines_the_plan_says() -> None:
+    pool = [PoolMachine(name=f"sim-{i}", host=f"10.0.0.{i + 1}", gpus=1) for i in range(2)]
+    cmd = revised(command("vllm-pd-nixl"), {"pool": [p.model_dump() for p in pool], "sizing": {"prefill_machines": 1}})
+    slots = split_layout(cmd, SimEngineCounts(prefill=1, engines=1), gpus_per_machine=1, tp=1)
+    assert [(s.role, s.machine) for s in slots] == [("prefill", 0), ("decode", 1)]
+    # every agent of the pool works out the same ports, distinct per engine
+    assert slots == split_layout(revised(cmd, {"node_id": "sim-1"}), SimEngineCounts(1, 1), 1, 1)
+    assert len({s.port for s in slots}) == 2
+    # two GPUs a machine: one prefill engine and three decode engines fill the first machine, then the second
+    four = split_layout(cmd, SimEngineCounts(prefill=1, engines=3), gpus_per_machine=2, tp=1)
+    assert [(s.role, s.number, s.machine) for s in four] == [
+        ("prefill", 0, 0), ("decode", 0, 0), ("decode", 1, 1), ("decode", 2, 1),
+    ]  # fmt: skip
+
+
+def test_scrape_keeps_the_one_bucket_the_pacing_counter_reads() -> None:
+    text = (
+        "# TYPE kvbench_sim_token_lateness_seconds histogram\n"
+        'kvbench_sim_token_lateness_seconds_bucket{le="0.001"} 90.0\n'
+        'kvbench_sim_token_lateness_seconds_bucket{le="0.005"} 98.0\n'
+        'kvbench_sim_token_lateness_seconds_bucket{le="+Inf"} 100.0\n'
+        "kvbench_sim_token_lateness_seconds_count 100.0\n"
+        "kvbench_sim_token_lateness_seconds_sum 0.2\n"
+    )
+    samples = parse_samples(text)
+    assert samples == {
+        'kvbench_sim_token_lateness_seconds_bucket{le="0.005"}': 98.0,
+        "kvbench_sim_token_lateness_seconds_count": 100.0,
+        "kvbench_sim_token_lateness_seconds_sum": 0.2,
+    }

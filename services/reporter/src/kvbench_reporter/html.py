@@ -140,11 +140,13 @@ def _compared_row(w: dict[str, Any]) -> str:
         speedup = _interval((comparison.get("speedup") or {}).get("ttft_p50"))
         helped = str(comparison.get("verdict", "–"))
     hit = w["cache_hit_ratio"]
+    moved = w.get("transferred_ratio")
+    moved_note = f"<br><small>{moved * 100:.0f}% transferred</small>" if moved else ""
     return (
         f"<tr>{head}<td>{_fmt(w['requests'])}</td><td>{_fmt(w['requests_measured'])}</td>"
         f"<td>{_fmt(w['ttft_ms'].get('p50'))}</td><td>{_fmt(w['ttft_ms'].get('p90'))}</td>"
         f"<td>{_fmt(w['ttft_ms'].get('p99'))}</td><td>{_fmt(w['tpot_ms'].get('p50'), 2)}</td>"
-        f"<td>{_fmt(w['output_tokens_per_s'])}</td><td>{_fmt(hit * 100 if hit is not None else None)}%</td>"
+        f"<td>{_fmt(w['output_tokens_per_s'])}</td><td>{_fmt(hit * 100 if hit is not None else None)}%{moved_note}</td>"
         f'<td>{speedup}</td><td class="helped">{escape(helped)}</td></tr>'
     )
 

@@ -490,6 +490,15 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         stack, strategy = stacks.get(name, ("", ""))
         prompt = pooled["prompt_tokens"]
         best = max((j.get("prefill_tokens_per_s_best") or 0.0 for j in jobs), default=0.0) or None
+        sources = _sources(pooled, engine, role_totals.get(name))
+        hit_ratio = pooled["cached_tokens"] / prompt if prompt else None
+        transferred = None
+        if sources.get("by_role") and sources.get("prompt_tokens"):
+            # a decode engine reports the prompt it was sent as cached: those tokens were transferred, not cached
+            tokens = sources["tokens"]
+            transferred = tokens.get("transferred", 0.0) / sources["prompt_tokens"]
+            hits = sum(v for k, v in tokens.items() if k not in ("transferred", "recomputed"))
+            hit_ratio = hits / sources["prompt_tokens"]
         workloads_out.append(
             {
                 "name": name,
@@ -511,10 +520,11 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 "good_fraction": pooled["good_fraction"],
                 "prompt_tokens": prompt,
                 "cached_prompt_tokens": pooled["cached_tokens"],
-                "cache_hit_ratio": pooled["cached_tokens"] / prompt if prompt else None,
+                "cache_hit_ratio": hit_ratio,
+                "transferred_ratio": transferred,
                 "test_points": _test_points(jobs, by_level[name], window_by_level[name], spec),
                 "distributions": distributions(pooled_columns),
-                "prompt_token_sources": _sources(pooled, engine, role_totals.get(name)),
+                "prompt_token_sources": sources,
                 "hit_ratio_over_time": [
                     {"job_id": j["job_id"], "start_s": s["start_s"], "ratio": s["cache_hit_ratio"]}
                     for j in jobs

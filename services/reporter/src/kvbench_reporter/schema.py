@@ -108,7 +108,10 @@ class Workload(_Open):
     good_fraction: float | None = Field(description="Good / (successes + errors)")
     prompt_tokens: int = Field(description="Prompt tokens of measured requests")
     cached_prompt_tokens: int = Field(description="Cached prompt tokens of measured requests (usage field)")
-    cache_hit_ratio: float | None = Field(description="cached_prompt_tokens / prompt_tokens")
+    cache_hit_ratio: float | None = Field(
+        description="cached_prompt_tokens / prompt_tokens; split stacks: the engines' cache hits only (tokens "
+        "transferred from a prefill engine are not cached; see transferred_ratio)"
+    )
     test_points: list[TestPoint] = Field(description="Per load level")
     prompt_token_sources: Sources = Field(description="Where prompt tokens came from")
     hit_ratio_over_time: list[dict[str, Any]] = Field(description="Cache hit ratio per time slice")

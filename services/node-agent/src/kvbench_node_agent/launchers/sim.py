@@ -13,7 +13,7 @@ import hashlib
 import re
 import sys
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
@@ -29,7 +29,7 @@ from kvbench_node_agent.launchers.process import launch_process
 from kvbench_stacks.catalog import CATALOG, SIMULATED_STACKS
 from kvbench_stacks.recipes.model import Role
 from kvbench_stacks.recipes.sim import SimVerb, simulated_process
-from kvbench_stacks.topology import sim_engine_counts
+from kvbench_stacks.topology import SimEngineCounts, sim_engine_counts
 
 __all__ = ["SimLauncher", "sim_engine_spec", "sim_workload"]
 
@@ -77,6 +77,31 @@ def records_dir(state_dir: Path, command: StartStack, owner: str, path: str | No
     within the run (cache_state: empty, a lost engine) finds what it stored, as LMCache finds its disk records."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", (path or "default").strip("/")) or "default"
     return state_dir / "sim-records" / command.run_id / owner / slug
+
+
+class SplitSlot(NamedTuple):
+    role: Literal["prefill", "decode"]
+    number: int  # within its role
+    machine: int  # index in the pool
+    port: int
+
+
+def split_layout(command: StartStack, counts: SimEngineCounts, gpus_per_machine: int, tp: int) -> list[SplitSlot]:
+    """Where each engine of a split stack runs: prefill engines first, then decode, filling each machine with as
+    many engines as its GPUs hold (``prefill_machines: 1`` on two one-GPU machines: prefill on the first, decode
+    on the second, as the plan's review shows); ports from the command, the same on every machine's agent."""
+    per_machine = max(1, gpus_per_machine // max(1, tp))
+    machines = max(1, len(command.pool))
+    base = store_port(command) + 1
+    slots: list[SplitSlot] = []
+    prefill: list[Literal["prefill", "decode"]] = ["prefill"] * counts.prefill
+    decode: list[Literal["prefill", "decode"]] = ["decode"] * counts.engines
+    roles = prefill + decode
+    seen: dict[str, int] = {"prefill": 0, "decode": 0}
+    for k, role in enumerate(roles):
+        slots.append(SplitSlot(role, seen[role], min(k // per_machine, machines - 1), base + k))
+        seen[role] += 1
+    return slots
 
 
 _STORE_LINE = re.compile(r"shared store: (\d+) chunks; link ([0-9.]+) GB/s")
@@ -152,28 +177,29 @@ class SimLauncher:
         return url
 
     async def _start_split(self, command: StartStack) -> Deployment:
-        """P/D: the pool's first machine runs every prefill and decode engine of the simulated cluster and the
-        router; the other machines' agents start nothing (their share runs there)."""
+        """P/D, placed as the plan says: the pool's engines are laid out in order, prefill first, over its machines
+        (each machine runs as many as its GPUs hold), and every agent starts the engines on its own machine, on
+        ports every agent works out alike; the pool's first machine also runs the router, pointed at all of them."""
         deployment = self._deployment(command)
-        head = not command.pool or command.pool[0].name == self._node_id
-        if not head:
-            deployment.facts["note"] = "split stack: its engines and router run on the pool's first machine"
-            return deployment
         workload, cluster = sim_workload(command, self._own_cluster)
         counts = sim_engine_counts(command.stack, workload.sizing, cluster, workload.engine.tensor_parallel_size)
+        layout = split_layout(command, counts, workload.sizing.gpus_per_machine or cluster.gpus_per_machine,
+                              workload.engine.tensor_parallel_size)  # fmt: skip
+        names = [p.name for p in command.pool] or [self._node_id]
+        mine = names.index(self._node_id) if self._node_id in names else 0
+        remote = self._host != "127.0.0.1"
         urls: dict[str, list[str]] = {"prefill": [], "decode": []}
         try:
-            roles: tuple[tuple[Literal["prefill", "decode"], int], ...] = (
-                ("prefill", counts.prefill),
-                ("decode", counts.engines),
-            )
-            for role, count in roles:
-                for index in range(count):
-                    spec = sim_engine_spec(
-                        command, free_port(self._host), pd_role=role, host=self._host, own=self._own_cluster
-                    )
-                    await self._engine(deployment, command, spec, f"{role}{index}", role)
-                    urls[role].append(f"http://{self._host}:{spec.port}")
+            for slot in layout:
+                host = command.pool[slot.machine].host if remote and command.pool else self._host
+                urls[slot.role].append(f"http://{host}:{slot.port}")
+                if slot.machine != mine:
+                    continue
+                spec = sim_engine_spec(command, slot.port, pd_role=slot.role, host=self._host, own=self._own_cluster)
+                await self._engine(deployment, command, spec, f"{slot.role}{slot.number}", slot.role)
+            if mine != 0:
+                deployment.facts["note"] = "split stack: this machine's engines; the router runs on the first machine"
+                return deployment
             policy = command.routing if command.routing in _POLICIES else "pd_aware"
             router = SimRouterSpec(
                 host=self._host,
