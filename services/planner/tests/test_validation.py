@@ -168,3 +168,19 @@ def test_missing_data_is_refused_at_review_with_the_field_and_how_to_get_it(tmp_
     (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n')
     trace["trace"]["path"] = str(tmp_path / "t.jsonl")  # type: ignore[index]
     assert review_plan({"version": 1, "name": "t", "workloads": [{**base, "traffic": trace}]}).valid
+
+
+def test_job_progress_follows_what_bounds_the_job_and_never_reaches_100_before_the_end() -> None:
+    from kvbench_contracts.events import JobProgressed  # noqa: PLC0415
+    from kvbench_planner.conductor import _job_progress  # noqa: PLC0415
+
+    def event(elapsed: float, duration: float, done: int, expected: int | None = None) -> JobProgressed:
+        return JobProgressed(job_id="j", run_id="r", elapsed_s=elapsed, duration_s=duration, requests_done=done,
+                             errors=0, requests_expected=expected)  # fmt: skip
+
+    # document_reuse: 59 s in, 100 of 400 visits done, no duration: a quarter, not 99%
+    assert _job_progress(event(59.0, 0.0, 100, 400)) == 0.25
+    assert _job_progress(event(200.0, 0.0, 400, 400)) == 0.99  # the last answers are still draining
+    assert _job_progress(event(30.0, 60.0, 10)) == 0.5  # time-bounded: by time
+    assert _job_progress(event(90.0, 60.0, 10)) == 0.99
+    assert _job_progress(event(30.0, 0.0, 10)) == 0.0  # neither: unknown, never a false 99%

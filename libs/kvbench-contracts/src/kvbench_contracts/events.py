@@ -161,6 +161,9 @@ class JobProgressed(Envelope):
     duration_s: float
     requests_done: int
     errors: int
+    requests_expected: int | None = Field(
+        None, description="Session-bounded shapes that know their length: the requests the job will send"
+    )
 
 
 class ClientTiming(BaseModel):

@@ -43,6 +43,7 @@ class Source:
     tokenizer: str = TOKENIZER_NAME
     count_tokens: Callable[[str], int] | None = None  # the model's tokenizer, when one is here
     measure_phases: frozenset[int] = frozenset()  # document_reuse rounds that are measured (empty: all)
+    requests_expected: int | None = None  # a session-bounded shape that knows its length: progress counts requests
     notes: list[str] = field(default_factory=list)
 
 

@@ -134,6 +134,7 @@ class JobRunner:
                         duration_s=cmd.duration_s,
                         requests_done=driver.result.requests,
                         errors=driver.result.errors,
+                        requests_expected=source.requests_expected,
                     )
                 )
 

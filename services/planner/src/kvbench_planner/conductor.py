@@ -82,6 +82,20 @@ class RunFailedError(KvbenchError):
         return cls(NODE_UNRESPONSIVE.code, f"{NODE_UNRESPONSIVE.message} ({which})", NODE_UNRESPONSIVE.fix)
 
 
+def _job_progress(event: JobProgressed) -> float:
+    """By what bounds the job: its requests for a shape that knows how many it sends, else its duration; never
+    100% before the job ends (the last requests drain after the load's end)."""
+    if event.requests_expected:
+        done = event.requests_done / event.requests_expected
+        if event.duration_s > 0:
+            done = min(done, event.elapsed_s / event.duration_s)
+    elif event.duration_s > 0:
+        done = event.elapsed_s / event.duration_s
+    else:
+        done = 0.0  # neither a length nor a count: unknown until it ends
+    return max(0.0, min(0.99, done))
+
+
 class Conductor:
     def __init__(self, bus: Bus, settings: PlannerSettings, registry: Registry) -> None:
         self.bus = bus
@@ -123,7 +137,7 @@ class Conductor:
             return
         for job in state.jobs:
             if job.job_id == event.job_id and job.status == "running":
-                job.progress = min(0.99, event.elapsed_s / max(event.duration_s, 1e-9))
+                job.progress = _job_progress(event)
                 job.requests, job.errors = event.requests_done, event.errors
         if time.monotonic() - self._last_saved.get(state.run_id, 0) > 2:
             await self.save(state)

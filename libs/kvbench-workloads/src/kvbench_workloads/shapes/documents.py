@@ -64,4 +64,5 @@ def document_source(request: ShapeRequest) -> Source:
         finite=True,
         measure_phases=frozenset(int(r) for r in spec.get("measure_rounds", [2])),
         notes=notes,
+        requests_expected=len(range(request.shard, len(docs), request.shards)),  # one request a visit
     )
