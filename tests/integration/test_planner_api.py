@@ -85,8 +85,14 @@ def test_mutations_need_the_bearer_token(client: TestClient) -> None:
     assert created.status_code == 201
     run_id = created.json()["run_id"]
     run = client.get(f"/v1/runs/{run_id}", headers=AUTH).json()
-    assert len(run["jobs"]) == 3
-    assert client.post(f"/v1/runs/{run_id}/cancel", headers=AUTH).json()["status"] == "cancelled"
+    assert len(run["jobs"]) == 9  # three workloads, three repeats
+    cancelled = client.post(f"/v1/runs/{run_id}/cancel", headers=AUTH).json()
+    assert cancelled["status"] == "cancelled"
+    (reason,) = cancelled["reasons"]
+    assert reason["code"] == "cancelled"
+    assert "through the planner's API" in reason["message"]
+    assert "0 of 9 jobs had finished" in reason["message"]
+    assert {j["status"] for j in cancelled["jobs"]} == {"cancelled"}
 
 
 def test_cluster_groups_from_registered_machines(client: TestClient) -> None:

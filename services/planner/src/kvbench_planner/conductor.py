@@ -82,6 +82,20 @@ class RunFailedError(KvbenchError):
         return cls(NODE_UNRESPONSIVE.code, f"{NODE_UNRESPONSIVE.message} ({which})", NODE_UNRESPONSIVE.fix)
 
 
+def _cancelled(state: RunState) -> Problem:
+    """When, by what and how far: what a person reading a cancelled run's report needs to know."""
+    done = sum(1 for j in state.jobs if j.status == "succeeded")
+    running = [j for j in state.jobs if j.status == "running"]
+    at = f" during {running[0].workload} (repeat {running[0].repeat + 1})" if running else ""
+    return Problem(
+        code="cancelled",
+        message=f"Cancelled at {utc_now():%Y-%m-%d %H:%M:%S} UTC through the planner's API (POST "
+        f"/v1/runs/{state.run_id}/cancel, as kvbench cancel does){at}, {state.progress:.0%} through the run: "
+        f"{done} of {len(state.jobs)} jobs had finished",
+        fix="The finished jobs' figures stand; run the plan again to measure the rest.",
+    )
+
+
 def _job_progress(event: JobProgressed) -> float:
     """By what bounds the job: its requests for a shape that knows how many it sends, else its duration; never
     100% before the job ends (the last requests drain after the load's end)."""
@@ -218,7 +232,7 @@ class Conductor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         elif state.status in ("pending", "running"):
-            await self._finish(state, "cancelled", [])
+            await self._finish(state, "cancelled", [_cancelled(state)])
         return state
 
     async def close(self) -> None:
@@ -274,7 +288,7 @@ class Conductor:
             # a user's cancel ends the run; a planner shutdown leaves it to be resumed
             if state.run_id in self._cancelling:
                 self._cancelling.discard(state.run_id)
-                await self._finish(state, "cancelled", [])
+                await self._finish(state, "cancelled", [_cancelled(state)])
             raise
         except Exception as exc:
             log.exception("run failed unexpectedly", extra=ids)
