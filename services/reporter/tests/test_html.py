@@ -104,3 +104,24 @@ def test_a_split_stack_and_a_fast_simulated_cluster_are_said_in_words(workload: 
     page = render_html(report)
     assert "the simulated engines ran 20x faster than real time" in page
     assert "decode engines: transferred 990, recomputed 10; prefill engines: recomputed 1,000" in page
+
+
+def test_snmp_epochs_a_second_apart_are_one_boot_and_a_reboot_is_not() -> None:
+    from kvbench_reporter.fabric import same_boot  # noqa: PLC0415
+
+    assert same_boot("leaf1:1764590000", "leaf1:1764590000")
+    assert same_boot("leaf1:1764590000", "leaf1:1764590001")  # response time less sysUpTime, rounded
+    assert not same_boot("leaf1:1764590000", "leaf1:1764593600")  # rebooted an hour later
+    assert not same_boot("leaf1:1764590000", "leaf2:1764590000")
+    assert not same_boot("boot1", "boot2")
+
+
+def test_an_unknown_port_figure_shows_as_unknown_never_zero(workload: Any) -> None:
+    reset = {"port": "swp1", "if.in_octets_delta": None, "if.out_octets_delta": None, "reset": True}
+    fabric = {"definition": "d", "publish_gate": {"publishable": True},
+              "switches": [{"switch": "leaf1", "read": True, "cabled": [], "ports": [reset]}]}  # fmt: skip
+    report = {"run_id": "R", "plan_name": "p", "status": "succeeded", "reasons": [], "submitted_at": "2026",
+              "generated_at": "2026", "definitions": {}, "workloads": [workload("off", 300.0, 0)], "events": [],
+              "fabric": fabric}  # fmt: skip
+    page = render_html(report)
+    assert "swp1 <small>(counters reset)</small></td><td>unknown</td><td>unknown</td>" in page
