@@ -49,31 +49,38 @@ def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[s
         console.print(f"run [bold]{run_id}[/bold] submitted: {created['jobs']} job(s)")
         if not wait:
             return run_id, None
-        if not console.is_terminal:  # a log or CI: a plain line every 10 s, never minutes of silence
-            return run_id, _wait_plainly(client, endpoints, run_id)
-        status: dict[str, Any] = {}
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
-            task = progress.add_task("starting", total=1.0)
-            while True:
-                status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}", headers=endpoints.headers()).json()
-                label = _progress_label(status)
-                progress.update(task, completed=status["progress"], description=label)
-                if status["status"] in TERMINAL:
-                    break
-                time.sleep(1.0)
+        status = _wait(client, endpoints, run_id)
         for reason in status.get("reasons", []):
             err_console.print(
                 f"[red]{escape(str(reason.get('code')))}[/red]: "
                 f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}"
             )
         return run_id, status
+
+
+def _wait(client: httpx.Client, endpoints: Endpoints, run_id: str) -> dict[str, Any]:
+    """Until the run ends: a progress bar in a terminal, a plain line every 10 s in a log or CI (never minutes of
+    silence)."""
+    if not console.is_terminal:
+        return _wait_plainly(client, endpoints, run_id)
+    status: dict[str, Any] = {}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("starting", total=1.0)
+        while True:
+            status = client.get(f"{endpoints.api_url}/v1/runs/{run_id}", headers=endpoints.headers()).json()
+            label = _progress_label(status)
+            progress.update(task, completed=status["progress"], description=label)
+            if status["status"] in TERMINAL:
+                break
+            time.sleep(1.0)
+    return status
 
 
 def _progress_label(status: dict[str, Any]) -> str:
@@ -99,14 +106,8 @@ def _wait_plainly(client: httpx.Client, endpoints: Endpoints, run_id: str, every
             console.print(f"[{elapsed:5.0f} s] {status['progress']:4.0%} · {_progress_label(status)}", highlight=False)
             last_line = elapsed
         if finished:
-            break
+            return status
         time.sleep(1.0)
-    for reason in status.get("reasons", []):
-        err_console.print(
-            f"[red]{escape(str(reason.get('code')))}[/red]: "
-            f"{escape(str(reason.get('message')))} {escape(str(reason.get('fix', '')))}"
-        )
-    return status
 
 
 def cmd_run(args: argparse.Namespace) -> int:
