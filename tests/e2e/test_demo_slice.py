@@ -82,6 +82,16 @@ def test_demo_slice_end_to_end(
         Report.model_validate(report)  # the published schema holds
         by_name = {w["name"]: w for w in report["workloads"]}
         off, gpu = by_name["prefix-off"], by_name["prefix-gpu"]
+        # the plan's baseline first, then the plan's order; the other workload compared with it, with a verdict
+        assert report["baseline"] == "prefix-gpu"
+        assert [w["name"] for w in report["workloads"]] == ["prefix-gpu", "prefix-off"]
+        assert gpu["comparison"]["is_baseline"]
+        assert off["comparison"]["baseline"] == "prefix-gpu"
+        assert off["comparison"]["speedup"]["ttft_p50"]["mean"] < 1.0  # no prefix cache: slower
+        assert off["comparison"]["verdict"] == "not enough repeats to say"  # one repeat
+        for question in ("Did it work?", "How fast?", "Did distributed KV help?", "What limited performance?",
+                         "What happened underneath?"):  # fmt: skip
+            assert html.count(question) == 2, question
         assert off["cached_prompt_tokens"] == 0
         assert gpu["cached_prompt_tokens"] > 0
         assert gpu["ttft_ms"]["p50"] < off["ttft_ms"]["p50"]
@@ -131,7 +141,7 @@ def test_demo_slice_end_to_end(
         assert shards == {"prefix-off": 2, "prefix-gpu": 2}  # both load generators sent records for each job
         assert jobs == [(2, 2), (2, 2)]
         assert "Workloads compared" in html
-        assert html.count("<svg") >= 4
+        assert html.count('<div class="chart"') >= 4
     finally:
         stopped = deployment.down()
     assert "planner" in stopped
