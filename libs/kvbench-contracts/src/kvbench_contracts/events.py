@@ -20,6 +20,7 @@ from kvbench_contracts.records import (
 )
 
 __all__ = [
+    "SEND_LATE_MS",
     "ClientTiming",
     "EngineEndpoint",
     "EngineSampled",
@@ -166,6 +167,10 @@ class JobProgressed(Envelope):
     )
 
 
+# a scheduled send later than this counts as late (event-loop timers are millisecond-grained)
+SEND_LATE_MS = 5.0
+
+
 class ClientTiming(BaseModel):
     """How far the load generator itself fell behind while it ran a job (its own lag, not the engine's): the
     reporter marks TTFT and ITL unreliable when these pass its thresholds."""
@@ -179,7 +184,7 @@ class ClientTiming(BaseModel):
     sends_scheduled: int = Field(0, ge=0, description="Requests sent against a schedule (request rate, trace)")
     send_late_p99_ms: float | None = Field(None, description="99th percentile of send time minus schedule, ms")
     sends_late_share: float | None = Field(
-        None, description="Share of scheduled sends more than 1 ms behind their schedule"
+        None, description=f"Share of scheduled sends more than {SEND_LATE_MS:g} ms behind their schedule"
     )
 
 

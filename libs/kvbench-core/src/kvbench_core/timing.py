@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_contracts.events import ClientTiming
+from kvbench_contracts.events import SEND_LATE_MS, ClientTiming
 
 __all__ = ["TIMING_DEFINITION", "TIMING_THRESHOLDS", "timing_verdict"]
 
@@ -20,7 +20,7 @@ TIMING_THRESHOLDS: dict[str, float] = {
     "loop_lag_p99_ms": 10.0,
     # content chunks whose gap from the previous chunk is zero: read together, so their ITL split is lost
     "merged_chunk_share": 0.02,
-    # scheduled sends (request rate, trace) more than 1 ms behind their schedule
+    # scheduled sends (request rate, trace) more than SEND_LATE_MS behind their schedule
     "sends_late_share": 0.05,
     # simulated engines: tokens written more than 5 ms after the model's due time
     "engine_late_token_share": 0.005,
@@ -30,7 +30,8 @@ TIMING_DEFINITION = (
     "TTFT and ITL are unreliable when the load generator's event loop ran more than "
     f"{TIMING_THRESHOLDS['loop_lag_p99_ms']:g} ms late at p99, more than "
     f"{TIMING_THRESHOLDS['merged_chunk_share']:.0%} of content chunks arrived merged with the previous one (zero "
-    f"gap), more than {TIMING_THRESHOLDS['sends_late_share']:.0%} of scheduled sends left over 1 ms late, or "
+    f"gap), more than {TIMING_THRESHOLDS['sends_late_share']:.0%} of scheduled sends left over {SEND_LATE_MS:g} ms "
+    "late, or "
     f"(simulated engines) more than {TIMING_THRESHOLDS['engine_late_token_share']:.1%} of tokens were written over "
     "5 ms after their modelled time"
 )
@@ -56,7 +57,8 @@ def timing_verdict(
     late = client.sends_late_share if client is not None else None
     if client is not None and late is not None and late > limit["sends_late_share"]:
         reasons.append(
-            f"{late:.1%} of scheduled sends left more than 1 ms late (p99 {client.send_late_p99_ms or 0:.1f} ms; "
+            f"{late:.1%} of scheduled sends left more than {SEND_LATE_MS:g} ms late "
+            f"(p99 {client.send_late_p99_ms or 0:.1f} ms; "
             f"threshold {limit['sends_late_share']:.0%}): the offered load was not the one asked for"
         )
     if engine_late_token_share is not None and engine_late_token_share > limit["engine_late_token_share"]:

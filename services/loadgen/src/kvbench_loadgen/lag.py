@@ -14,12 +14,11 @@ import time
 from array import array
 from types import TracebackType
 
-from kvbench_contracts.events import ClientTiming
+from kvbench_contracts.events import SEND_LATE_MS, ClientTiming
 
 __all__ = ["LagProbe", "client_timing"]
 
 PROBE_INTERVAL_S = 0.005
-LATE_SEND_S = 0.001  # a scheduled send later than this counts as late
 
 
 class LagProbe:
@@ -64,5 +63,5 @@ def client_timing(probe: LagProbe, send_lateness_s: list[float]) -> ClientTiming
         loop_lag_max_ms=lags[-1] * 1e3 if lags else None,
         sends_scheduled=len(sends),
         send_late_p99_ms=_quantile(sends, 0.99) * 1e3 if sends else None,
-        sends_late_share=sum(1 for s in sends if s > LATE_SEND_S) / len(sends) if sends else None,
+        sends_late_share=sum(1 for s in sends if s * 1e3 > SEND_LATE_MS) / len(sends) if sends else None,
     )
