@@ -528,9 +528,14 @@ class Conductor:
             job.status, job.reason = "failed", NODE_UNRESPONSIVE.message
             watcher.result()  # raises RunFailedError(node_unresponsive)
         if every_shard not in done:
+            finished = sum(1 for f in futures if f.done() and not f.cancelled())  # before the cancel marks all done
             every_shard.cancel()
-            finished = sum(1 for f in futures if f.done())
-            job.status, job.reason = "failed", f"only {finished} of {shards} load generator shard(s) finished in time"
+            job.status, job.reason = (
+                "failed",
+                f"{finished} of {shards} load generator shard(s) reported the job's end within {timeout_s:.0f} s of "
+                "sending it (its duration plus KVBENCH_PLANNER_JOB_GRACE_S); check the load generators' logs "
+                "(kvbench status shows where) and that they reach the engines",
+            )
         else:
             events = every_shard.result()
             failed = [e for e in events if isinstance(e, JobFailed)]
