@@ -334,7 +334,13 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
 
 
 async def _one_finished_job(
-    store: Store, run_id: str, job_id: str, stack: str, time_scale: float = 1.0, client: ClientTiming | None = None
+    store: Store,
+    run_id: str,
+    job_id: str,
+    stack: str,
+    time_scale: float = 1.0,
+    client: ClientTiming | None = None,
+    published: int = 20,
 ) -> JobStarted:
     """A run of one workload ``w`` whose one job finished with 20 records over a 2..30 s window."""
 
@@ -344,7 +350,7 @@ async def _one_finished_job(
     plan = {"workloads": [{"name": "w", "stack": stack, "strategy": "own_cache"}]}
     job = {"job_id": job_id, "workload": "w", "stack": stack, "load_level": 1, "repeat": 0}
     started = JobStarted(job_id=job_id, run_id=run_id, workload="w", shard="lg")
-    done = JobFinished(job_id=job_id, run_id=run_id, workload="w", shard="lg", records=20, load_duration_s=30,
+    done = JobFinished(job_id=job_id, run_id=run_id, workload="w", shard="lg", records=published, load_duration_s=30,
                        warmup_s=2, offered_load=1, tokenizer="words", time_scale=time_scale,
                        client_timing=client)  # fmt: skip
     submitted = RunSubmitted(run_id=run_id, plan_name="p", plan=plan, jobs=[job])
@@ -477,5 +483,18 @@ async def test_a_lagging_client_or_pacer_marks_timing_unreliable_and_a_calm_one_
         assert workload["validity"]["verdict"] != "valid"
         assert any("TTFT and ITL unreliable" in r for r in workload["validity"]["reasons"])
         assert "timing" in report["definitions"]
+    finally:
+        await store.close()
+
+
+async def test_a_report_built_while_records_are_missing_says_so(fresh_database: str) -> None:
+    store = await Store.open(fresh_database)
+    try:
+        await _one_finished_job(store, "RM", "JM", "vllm-prefix-gpu", published=25)  # 25 published, 20 stored
+        report = await build_report(store, "RM")
+        assert report is not None
+        (workload,) = report["workloads"]
+        assert workload["validity"]["verdict"] == "invalid"
+        assert any("20 of the 25 records" in r for r in workload["validity"]["reasons"])
     finally:
         await store.close()

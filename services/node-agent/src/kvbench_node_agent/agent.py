@@ -105,22 +105,27 @@ class NodeAgent:
         try:
             deployment = await self._launch(command)
         except LaunchError as exc:
-            self.m_launch_failures.inc()
-            log.error("stack failed to start", extra={**ids, "reason": str(exc)[:500]})
-            await self.bus.publish(
-                StackFailed(
-                    deployment_id=command.deployment_id,
-                    run_id=command.run_id,
-                    node_id=self.node_id,
-                    reason=str(exc),
-                )
-            )
+            await self._failed(command, str(exc))
+            return
+        except Exception as exc:
+            # anything else is as deterministic (a bad setting, a missing profile): redelivering the command would
+            # fail the same way while the run waited for health, so the run fails now, with the error's own words
+            log.exception("stack could not be started", extra=ids)
+            await self._failed(command, f"{self.node_id}: the stack could not be started: {type(exc).__name__}: {exc}")
             return
         self.deployments[command.deployment_id] = deployment
         self.m_deployments.set(len(self.deployments))
         self._scrapers[command.deployment_id] = asyncio.create_task(self._scrape_loop(deployment))
         await self._publish_ready(deployment)
         log.info("stack ready", extra={**ids, "endpoints": [e.base_url for e in deployment.endpoints]})
+
+    async def _failed(self, command: StartStack, reason: str) -> None:
+        self.m_launch_failures.inc()
+        log.error("stack failed to start", extra={"run_id": command.run_id, "deployment_id": command.deployment_id,
+                                                  "node_id": self.node_id, "reason": reason[:500]})  # fmt: skip
+        await self.bus.publish(
+            StackFailed(deployment_id=command.deployment_id, run_id=command.run_id, node_id=self.node_id, reason=reason)
+        )
 
     async def _launch(self, command: StartStack) -> Deployment:
         if command.launcher == "sim":

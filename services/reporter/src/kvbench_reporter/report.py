@@ -169,6 +169,13 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
             f"{len(failed)} of {len(jobs)} jobs did not succeed: "
             + "; ".join(f"{j['job_id']}: {j.get('reason') or j['status']}" for j in failed)
         )
+    for j in jobs:
+        expected = j.get("records_expected")
+        if expected is not None and j["requests"] < expected:
+            invalid.append(
+                f"job {j['job_id']}: {j['requests']:,} of the {expected:,} records its load generators published are "
+                "stored; the rest were lost or had not arrived when this report was built"
+            )
     if pooled["requests_measured"] == 0:
         invalid.append("no request was measured (none started after the warm-up and ended before the load end)")
     attempts = pooled["requests_measured"] + pooled["errors"]
@@ -426,6 +433,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "status": status,
             "reason": reason,
             "requests": counts.get(job["job_id"], 0),
+            "records_expected": job["records_expected"],
             "tokenizer": job["tokenizer"],
             "shards": job["shards"],
             "skipped_arrivals": job["skipped_arrivals"],
