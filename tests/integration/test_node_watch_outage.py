@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from kvbench_contracts.events import NodeInventory
+from kvbench_contracts.node import Heartbeat
 from kvbench_core.bus import Bus
 from kvbench_core.embedded import EmbeddedNats
 from kvbench_planner import conductor as conducting
@@ -31,7 +33,7 @@ async def test_a_frozen_bus_is_waited_out_and_a_missing_heartbeat_still_fails(
             kv = await bus.kv("kvbench_nodes")
             await kv.put("gpu-a", b"{}")
             stop = asyncio.Event()
-            watcher = asyncio.create_task(Conductor._watch_nodes(SimpleNamespace(bus=bus), ["gpu-a"], stop))  # type: ignore[arg-type]
+            watcher = asyncio.create_task(Conductor._watch_nodes(SimpleNamespace(bus=bus), ["gpu-a"], stop, {}))  # type: ignore[arg-type]
             await asyncio.sleep(1.5)
             os.kill(server.pid, signal.SIGSTOP)  # the server stops answering: every KV read times out
             await asyncio.sleep(8)
@@ -50,4 +52,34 @@ async def test_a_frozen_bus_is_waited_out_and_a_missing_heartbeat_still_fails(
     finally:
         if server.pid:
             os.kill(server.pid, signal.SIGCONT)
+        server.stop()
+
+
+async def test_an_agent_that_restarted_and_lost_its_stack_fails_the_run_within_a_heartbeat(tmp_path: Path) -> None:
+    server = EmbeddedNats(tmp_path / "nats").start()
+    try:
+        async with Bus.connect(server.url, name="restart-test") as bus:
+            kv = await bus.kv("kvbench_nodes")
+            inventory = NodeInventory(node_id="gpu-a", hostname="a", simulated=True)
+
+            async def beat(deployments: list[str]) -> None:
+                await kv.put("gpu-a", Heartbeat(inventory=inventory, at=time.time(), deployments=deployments)
+                             .model_dump_json().encode())  # fmt: skip
+
+            await beat([])  # written before the stack came up: not a restart
+            stop = asyncio.Event()
+            watch = Conductor._watch_nodes(SimpleNamespace(bus=bus), ["gpu-a"], stop, {"gpu-a": "D1"})  # type: ignore[arg-type]
+            watcher = asyncio.create_task(watch)
+            await asyncio.sleep(1.5)
+            await beat(["D1"])  # the stack is up and the agent says so
+            await asyncio.sleep(1.5)
+            assert not watcher.done()
+            began = time.monotonic()
+            await beat([])  # a restarted agent: the key is fresh, its engines are gone
+            with pytest.raises(RunFailedError) as restarted:
+                await asyncio.wait_for(watcher, timeout=5)
+            assert time.monotonic() - began < 3  # within a heartbeat, not the key's 15 s TTL
+            assert restarted.value.problem.code == "node_restarted"
+            assert "gpu-a" in restarted.value.problem.message
+    finally:
         server.stop()

@@ -32,6 +32,7 @@ from kvbench_contracts.events import (
     StackReady,
     StackStopped,
 )
+from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.plan import Plan, SimCluster, Workload
 from kvbench_contracts.problem import KvbenchError, Problem
 from kvbench_core.bus import Bus
@@ -54,6 +55,12 @@ CONTROL_EVENTS: tuple[type[Envelope], ...] = (
 )
 
 HEARTBEAT_GRACE_S = 10.0  # after the bus comes back: about three of an agent's heartbeats (KV TTL 15 s)
+
+NODE_RESTARTED = Problem(
+    code="node_restarted",
+    message="A node's agent restarted during the run, and the engines it had started stopped with it",
+    fix="Keep the agent running for the whole run (its engines stop with it), and then run the workload again.",
+)
 
 NODE_UNRESPONSIVE = Problem(
     code="node_unresponsive",
@@ -80,6 +87,10 @@ class RunFailedError(KvbenchError):
     @classmethod
     def node_unresponsive(cls, which: str) -> RunFailedError:
         return cls(NODE_UNRESPONSIVE.code, f"{NODE_UNRESPONSIVE.message} ({which})", NODE_UNRESPONSIVE.fix)
+
+    @classmethod
+    def node_restarted(cls, which: str) -> RunFailedError:
+        return cls(NODE_RESTARTED.code, f"{NODE_RESTARTED.message} ({which})", NODE_RESTARTED.fix)
 
 
 def _cancelled(state: RunState) -> Problem:
@@ -407,18 +418,21 @@ class Conductor:
         for dep, _ in waits:
             self._waiters.pop(f"stopped:{dep}", None)
 
-    async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event) -> None:
+    async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event, running: dict[str, str]) -> None:
         """Only an expired heartbeat means a lost node. The bus itself failing (a NATS server down or restarting,
         a timeout) is not a node's fault: the watcher waits for it to come back, and after it does gives the agents
-        a heartbeat's time to write again before it counts a missing key."""
+        a heartbeat's time to write again before it counts a missing key. ``running``: each node's deployment of
+        the stack now up; once a node's heartbeat has listed it, a heartbeat without it means the agent restarted
+        (its engines die with it), which fails the run within a heartbeat instead of at the key's TTL."""
         kv = await self.bus.kv("kvbench_nodes")
+        listed: set[tuple[str, str]] = set()
         bus_back_at = 0.0  # when the bus answered again after failing
         failing = False
         while not stop.is_set():
             await asyncio.sleep(1.0)
             for node_id in node_ids:
                 try:
-                    await kv.get(node_id)
+                    entry = await kv.get(node_id)
                 except nats.js.errors.KeyNotFoundError:
                     if time.monotonic() - bus_back_at < HEARTBEAT_GRACE_S:
                         continue  # the agent may not have written since the bus came back
@@ -432,6 +446,16 @@ class Conductor:
                     if failing:
                         failing, bus_back_at = False, time.monotonic()
                         log.info("the bus answers again")
+                    deployment = running.get(node_id)
+                    if deployment is not None and entry.value:
+                        try:
+                            beat = Heartbeat.model_validate_json(entry.value)
+                        except ValueError:
+                            continue
+                        if deployment in beat.deployments:
+                            listed.add((node_id, deployment))
+                        elif (node_id, deployment) in listed:
+                            raise RunFailedError.node_restarted(node_id)
 
     async def _run_workload(self, state: RunState, index: int, workload: Workload, jobs: list[JobState]) -> None:
         nodes = await self._nodes_for(workload)
@@ -443,20 +467,23 @@ class Conductor:
         await self.save(state)
         deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
         pairs = list(zip(node_ids, deps, strict=True))
+        running = dict(pairs)  # what each node's heartbeat should list while the stack is up
         stop_watching = asyncio.Event()
-        watcher = asyncio.create_task(self._watch_nodes(node_ids, stop_watching))
+        watcher = asyncio.create_task(self._watch_nodes(node_ids, stop_watching, running))
         try:
             started = 0  # jobs run on this stand-up; a resumed run counts from its first unfinished job
             for job in jobs:
                 if job.status in ("succeeded", "failed"):
                     continue
                 if workload.cache_start(started) == "restarted":
+                    running.clear()  # a deliberate restart: the old deployments leave the heartbeats
                     await self._stop_stacks(state, pairs)
                     generation += 1
                     state.stack_generation[workload.name] = generation
                     await self.save(state)
                     deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
                     pairs = list(zip(node_ids, deps, strict=True))
+                    running.update(pairs)
                 started += 1
                 await self._run_job(state, workload, job, endpoints, watcher)
         except BaseException:
