@@ -11,6 +11,7 @@ from kvbench_node_agent.launchers.process import ProcessLauncher, docker_argv
 from kvbench_node_agent.normalize import engine_kind, normalize
 from kvbench_node_agent.preflight import check_binaries, check_model, check_ports, check_sizing
 from kvbench_node_agent.scrape import parse_samples
+from kvbench_stacks.catalog import CATALOG
 from kvbench_stacks.recipes import EngineSettings, PoolMachine, ProcessSpec, RenderContext, render
 
 METRICS = Path(__file__).parent / "metrics"
@@ -32,13 +33,65 @@ def test_vllm_offload_counters_by_tier() -> None:
 
 
 def test_vllm_pd_decode_counts_transferred_tokens_once() -> None:
-    n = normalize(sample("vllm_pd_decode.txt"))
+    n = normalize(sample("vllm_pd_decode.txt"), external="transferred")
     assert n["prompt_tokens_transferred"] == 44_000
-    assert n["prompt_tokens_remote"] == 0
+    assert n.get("prompt_tokens_remote", 0) == 0
     assert n["prompt_tokens_gpu"] == 5_000
     assert n["prompt_tokens_recomputed"] == 1_000
     assert n["kv_bytes_transferred"] == 6_488_064_000
     assert n["kv_transfers"] == 120
+
+
+REAL = METRICS / "vllm-0.25.1"
+
+
+def real(name: str) -> dict[str, float]:
+    return parse_samples((REAL / f"metrics-{name}.txt").read_text())
+
+
+def test_real_vllm_0_25_1_prefix_cache_on_and_off() -> None:
+    on = normalize(real("on"))
+    # prompts sent twice: the second time 64,096 tokens came from the GPU prefix cache, 33,520 were computed
+    assert (on["prompt_tokens"], on["prompt_tokens_gpu"], on["prompt_tokens_recomputed"]) == (97_616, 64_096, 33_520)
+    assert on.get("prompt_tokens_host", 0) == on.get("prompt_tokens_remote", 0) == 0
+    off = normalize(real("off"))
+    assert (off["prompt_tokens"], off["prompt_tokens_gpu"], off["prompt_tokens_recomputed"]) == (64_016, 0, 64_016)
+    small = normalize(real("smallgpu"))  # 8 prompts cycled through a cache of 3.6 of them: no hit at all
+    assert (small["prompt_tokens_gpu"], small["prompt_tokens_recomputed"]) == (0, 128_016)
+
+
+def test_real_vllm_0_25_1_native_cpu_offload_hits_are_the_host_tier() -> None:
+    # vLLM 0.25.1 has no per-source counter: its offload hits arrive as "external" tokens, which the stack places
+    offload = normalize(real("offload"), external=CATALOG["vllm-native-cpu-offload"].external_hits_tier("both"))
+    assert offload["prompt_tokens_host"] == 64_000
+    assert offload.get("prompt_tokens_transferred", 0) == 0  # not a P/D transfer, as the old reading had it
+    assert (offload["prompt_tokens_gpu"], offload["prompt_tokens_recomputed"]) == (0, 64_016)
+    assert offload["kv_bytes_loaded_host"] == 9_437_184_000
+    assert offload["kv_bytes_stored_host"] == 9_439_543_296
+    # a stack whose connector serves from more than one tier: the tokens stay unattributed, never filed as remote
+    unknown = normalize(real("offload"), external=None)
+    assert unknown["prompt_tokens_external"] == 64_000
+    assert unknown.get("prompt_tokens_remote", 0) == 0
+
+
+def test_each_stack_says_where_its_unattributed_hits_come_from() -> None:
+    assert CATALOG["vllm-native-cpu-offload"].external_hits_tier("both") == "host"
+    assert CATALOG["vllm-mooncake-store"].external_hits_tier("both") == "remote"
+    assert CATALOG["vllm-pd-nixl"].external_hits_tier("decode") == "transferred"
+    assert CATALOG["vllm-prefix-gpu"].external_hits_tier("both") is None
+
+
+def test_mooncake_store_bytes_read_vllms_operation_labels() -> None:
+    text = (
+        "# TYPE vllm:mooncake_store_operation_bytes counter\n"
+        'vllm:mooncake_store_operation_bytes_total{engine="0",operation="load_get"} 1000.0\n'
+        'vllm:mooncake_store_operation_bytes_total{engine="0",operation="save_put"} 3000.0\n'
+        'vllm:mooncake_store_operation_bytes_total{engine="0",operation="save_exists"} 7.0\n'
+        "# TYPE vllm:prompt_tokens counter\n"
+        'vllm:prompt_tokens_total{engine="0"} 10.0\n'
+    )
+    n = normalize(parse_samples(text))
+    assert (n["kv_bytes_loaded_remote"], n["kv_bytes_stored_remote"]) == (1000, 3000)
 
 
 def test_sglang_trtllm_and_lmcache() -> None:

@@ -13,6 +13,7 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     "prompt_tokens_disk",
     "prompt_tokens_remote",
     "prompt_tokens_transferred",
+    "prompt_tokens_external",
     "prompt_tokens_recomputed",
     "kv_bytes_loaded_host",
     "kv_bytes_stored_host",
@@ -37,5 +38,7 @@ PROMPT_TOKEN_SOURCES: dict[str, str] = {
     "prompt_tokens_disk": "disk",
     "prompt_tokens_remote": "shared_store",
     "prompt_tokens_transferred": "transferred",
+    # a connector's hits that the engine does not attribute (vLLM before 0.32, LMCache's host and disk together)
+    "prompt_tokens_external": "external_unattributed",
     "prompt_tokens_recomputed": "recomputed",
 }

@@ -41,6 +41,19 @@ class StackSpec(BaseModel):
         """Prefill and decode run on separate engines (a router in front hands prompts on)."""
         return self.strategy in ("split", "split_offload")
 
+    def external_hits_tier(self, role: str) -> Literal["host", "remote", "transferred"] | None:
+        """Where this stack's KV connector brings prompt tokens from, for an engine that counts them only as
+        "external" (vLLM before 0.32 has no per-source counter): a P/D decode engine's come from a prefill engine,
+        a shared store's or shared filesystem's from the pool, the native CPU offload's from host memory; None
+        where the connector serves from more than one tier (LMCache's host and disk) and the engine cannot tell."""
+        if self.split and role == "decode":
+            return "transferred"
+        if self.shared_store is not None or self.shared_mount:
+            return "remote"
+        if self.engine == "vllm" and self.strategy == "spill" and not self.lmcache_server and not self.disk_tier:
+            return "host"
+        return None
+
     def has_disk_tier(self, kv_tier: str, disk_tier_gb: float | None) -> bool:
         """Whether the engines keep a local disk tier for this plan: the stack offers one and the plan asks for it."""
         return self.disk_tier and (kv_tier == "nvme" or bool(disk_tier_gb))

@@ -31,6 +31,7 @@ from kvbench_node_agent.normalize import normalize
 from kvbench_node_agent.preflight import preflight
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_node_agent.settings import NodeAgentSettings
+from kvbench_stacks.catalog import CATALOG
 from kvbench_stacks.recipes import PoolMachine, RenderContext, UnknownStackError, render
 
 __all__ = ["NodeAgent", "main"]
@@ -201,6 +202,10 @@ class NodeAgent:
         log.info("stack stopped", extra={"deployment_id": deployment_id, "run_id": run_id, "node_id": self.node_id})
 
     async def _scrape_loop(self, deployment: Deployment) -> None:
+        stack = CATALOG.get(deployment.stack)
+        # where an engine's unattributed connector hits come from, by its role (older vLLM cannot say itself)
+        hits_tier = {role: stack.external_hits_tier(role) if stack else None
+                     for role in ("both", "prefill", "decode", "router")}  # fmt: skip
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
                 for endpoint in deployment.endpoints:
@@ -214,7 +219,7 @@ class NodeAgent:
                                 engine_id=endpoint.engine_id,
                                 role=endpoint.role,
                                 values=(values := parse_samples(text)),
-                                normalized=normalize(values),
+                                normalized=normalize(values, external=hits_tier.get(endpoint.role)),
                                 gpus=await asyncio.to_thread(gpu_samples) if self.inventory.gpus else [],
                             )
                         )

@@ -4,7 +4,8 @@ Counters (cumulative, differenced by the reporter over measured windows):
   prompt_tokens, prompt_tokens_gpu, prompt_tokens_host, prompt_tokens_disk, prompt_tokens_remote,
   prompt_tokens_transferred, prompt_tokens_recomputed, kv_bytes_loaded_host, kv_bytes_stored_host,
   kv_bytes_loaded_disk, kv_bytes_stored_disk, kv_bytes_loaded_remote, kv_bytes_stored_remote,
-  kv_bytes_transferred, kv_transfers, preemptions, sim_tokens_written, sim_tokens_written_late (simulator only)
+  prompt_tokens_external (a connector's hits the engine does not attribute), kv_bytes_transferred, kv_transfers,
+  preemptions, sim_tokens_written, sim_tokens_written_late (simulator only)
 Gauges: kv_usage (0..1)
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, NORMALIZED_GAUGES
 
@@ -23,6 +25,7 @@ GAUGES = NORMALIZED_GAUGES
 _LABELS = re.compile(r'(\w+)="([^"]*)"')
 
 Samples = dict[str, float]
+ExternalTier = Literal["host", "remote", "transferred"] | None
 
 
 def _sum(samples: Samples, name: str, **labels: str) -> float | None:
@@ -38,6 +41,12 @@ def _sum(samples: Samples, name: str, **labels: str) -> float | None:
     return total
 
 
+def _sum_any(samples: Samples, name: str, *operations: str) -> float | None:
+    """The series summed over every ``operation`` label given; None when none is there."""
+    values = [v for op in operations if (v := _sum(samples, name, operation=op)) is not None]
+    return sum(values) if values else None
+
+
 def _first(samples: Samples, *candidates: tuple[str, dict[str, str]]) -> float | None:
     for name, labels in candidates:
         value = _sum(samples, name, **labels)
@@ -46,7 +55,17 @@ def _first(samples: Samples, *candidates: tuple[str, dict[str, str]]) -> float |
     return None
 
 
-def _vllm(s: Samples) -> Samples:
+_EXTERNAL_KEYS = {
+    "host": "prompt_tokens_host",
+    "remote": "prompt_tokens_remote",
+    "transferred": "prompt_tokens_transferred",
+    None: "prompt_tokens_external",
+}
+
+
+def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
+    """``external``: where the engine's connector brings KV from, for a vLLM that counts those tokens only as
+    external (before 0.32 there is no per-source counter); None: it cannot be told, and they stay unattributed."""
     out: Samples = {}
     prompt = _sum(s, "vllm:prompt_tokens_total")
     by_source = {
@@ -59,21 +78,28 @@ def _vllm(s: Samples) -> Samples:
         out["prompt_tokens_disk"] = by_source["disk"] or 0.0
         out["prompt_tokens_transferred"] = by_source["p2p"] or 0.0
         out["prompt_tokens_remote"] = by_source["external_unspecified"] or 0.0
-    else:
-        out["prompt_tokens_gpu"] = _sum(s, "vllm:prefix_cache_hits_total") or 0.0
-        out["prompt_tokens_remote"] = _sum(s, "vllm:external_prefix_cache_hits_total") or 0.0
-    external = _sum(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
-    if external is not None and not out.get("prompt_tokens_transferred"):
-        # every token a KV connector brought: offload and LMCache loads as well as P/D transfers
-        remote = out.get("prompt_tokens_remote", 0.0)
-        if any(v is not None for v in by_source.values()):
+        transferred = _sum(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+        if transferred is not None and not out["prompt_tokens_transferred"]:
             # the cache tiers are named by source: what none of them accounts for came from a prefill engine
-            attributed = out.get("prompt_tokens_host", 0.0) + out.get("prompt_tokens_disk", 0.0) + remote
-            out["prompt_tokens_transferred"] = max(0.0, external - attributed)
-        else:
-            # no per-source split: a decode engine counts its transfers as external hits too; never count twice
-            out["prompt_tokens_transferred"] = external
-            out["prompt_tokens_remote"] = max(0.0, remote - external)
+            attributed = out["prompt_tokens_host"] + out["prompt_tokens_disk"] + out["prompt_tokens_remote"]
+            out["prompt_tokens_transferred"] = max(0.0, transferred - attributed)
+    else:
+        out["prompt_tokens_gpu"] = (
+            _first(
+                s,
+                ("vllm:prompt_tokens_by_source_total", {"source": "local_cache_hit"}),
+                ("vllm:prefix_cache_hits_total", {}),
+            )
+            or 0.0
+        )
+        # every token a KV connector brought (offload, LMCache, a shared store, a P/D transfer), in one counter
+        brought = _first(
+            s,
+            ("vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"}),
+            ("vllm:external_prefix_cache_hits_total", {}),
+        )
+        if brought:
+            out[_EXTERNAL_KEYS[external]] = brought
     if prompt is not None:
         out["prompt_tokens"] = prompt
         cached = sum(
@@ -84,6 +110,7 @@ def _vllm(s: Samples) -> Samples:
                 "prompt_tokens_disk",
                 "prompt_tokens_remote",
                 "prompt_tokens_transferred",
+                "prompt_tokens_external",
             )
         )
         local = _sum(s, "vllm:prompt_tokens_by_source_total", source="local_compute")
@@ -102,8 +129,9 @@ def _vllm(s: Samples) -> Samples:
         "kv_transfers",
         _first(s, ("vllm:nixl_bytes_transferred_count", {}), ("vllm:mooncake_bytes_transferred_count", {})),
     )
-    _put(out, "kv_bytes_loaded_remote", _sum(s, "vllm:mooncake_store_operation_bytes_total", operation="get"))
-    _put(out, "kv_bytes_stored_remote", _sum(s, "vllm:mooncake_store_operation_bytes_total", operation="put"))
+    # vLLM labels the store's operations load_get / save_put (and save_exists / lookup_exists, which move no KV)
+    _put(out, "kv_bytes_loaded_remote", _sum_any(s, "vllm:mooncake_store_operation_bytes_total", "load_get", "get"))
+    _put(out, "kv_bytes_stored_remote", _sum_any(s, "vllm:mooncake_store_operation_bytes_total", "save_put", "put"))
     _put(out, "preemptions", _sum(s, "vllm:num_preemptions_total"))
     _put(out, "kv_usage", _sum(s, "vllm:kv_cache_usage_perc"))
     return out
@@ -209,7 +237,10 @@ def _sim_pacing(s: Samples) -> Samples:
     return out
 
 
-def normalize(samples: Samples, kind: str | None = None) -> Samples:
+def normalize(samples: Samples, kind: str | None = None, external: ExternalTier = None) -> Samples:
+    """``external``: for vLLM, the tier its connector's unattributed hits come from (the stack says; see
+    ``kvbench_stacks.catalog.StackSpec.external_hits_tier``)."""
     kind = kind or engine_kind(samples)
-    out = _KINDS[kind](samples) if kind in _KINDS else {}
-    return {**out, **_sim_pacing(samples)}
+    if kind == "vllm":
+        return {**_vllm(samples, external), **_sim_pacing(samples)}
+    return {**(_KINDS[kind](samples) if kind in _KINDS else {}), **_sim_pacing(samples)}

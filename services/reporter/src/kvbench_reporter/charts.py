@@ -23,12 +23,13 @@ __all__ = ["Chart", "plotly_bundle", "report_charts"]
 
 WORKLOAD_COLOURS = ("#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d")
 KIND_COLOURS = ("#0f766e", "#b45309", "#6d28d9", "#475569", "#a21caf", "#15803d")
-SOURCES = ("gpu_hit", "host_tier", "disk", "shared_store", "transferred", "recomputed")
+SOURCES = ("gpu_hit", "host_tier", "disk", "shared_store", "external_unattributed", "transferred", "recomputed")
 SOURCE_LABELS = {
     "gpu_hit": "GPU prefix cache",
     "host_tier": "host memory tier",
     "disk": "disk tier",
     "shared_store": "shared store",
+    "external_unattributed": "a KV connector (the engine does not say which tier)",
     "transferred": "transferred from a prefill engine",
     "recomputed": "recomputed",
 }
