@@ -217,6 +217,7 @@ async def _watch(args: argparse.Namespace, driver: Any, task: asyncio.Future[Any
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    from kvbench_contracts.events import SEND_LATE_MS  # noqa: PLC0415
     from kvbench_contracts.records import RequestRecord  # noqa: PLC0415
     from kvbench_core.analysis import Slo, analyze  # noqa: PLC0415
     from kvbench_core.timing import timing_verdict  # noqa: PLC0415
@@ -275,9 +276,9 @@ def cmd_load(args: argparse.Namespace) -> int:
             sys.stdout.write(f"note: {note}\n")
     if not timing["reliable"]:
         # stderr as well as the JSON: a run past the client's knee is never silent
+        late = client.sends_late_share or 0.0
+        sent = f": {late:.1%} of requests were sent more than {SEND_LATE_MS:g} ms late" if late else ""
         sys.stderr.write(
-            "warning: the client fell behind; TTFT and ITL are marked unreliable: "
-            + "; ".join(timing["reasons"])
-            + "\n"
+            f"warning: the client fell behind{sent}; figures marked unreliable ({'; '.join(timing['reasons'])})\n"
         )
     return 0
