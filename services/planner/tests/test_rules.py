@@ -343,3 +343,25 @@ def test_the_fit_check_reads_the_same_weights_as_the_simulator() -> None:
         {"lab": machines(gpus=2)}.get,
     )
     assert "model_does_not_fit" not in {e.code for e in two.errors}
+
+
+def test_the_lmcache_studys_hybrid_model_checks_are_review_warnings() -> None:
+    hybrid = {"name": "a", "strategy": "spill", "stack": "vllm-lmcache-mp", "model": "nvidia/Qwen3.6-35B-A3B-NVFP4",
+              "kv_tier": "cpu_ram", "sizing": {"host_memory_gb": 20}}  # fmt: skip
+    gb10 = {"sim": {"machines": 1, "gpu": "GB10", "host_memory_gb": 121}}
+    at_block = review_plan(plan({**hybrid, "engine": {"args": {"max-num-batched-tokens": 2144}}}, cluster=gb10))
+    assert at_block.valid, at_block.errors
+    slow = by_code_warnings(at_block)["batched_tokens_at_block_size"]
+    assert "about 7x slower at low hit rates" in slow.message
+    assert "4287" in slow.fix  # 2N-1 for the model's N = 2144
+    assert "--separate-object-groups" in by_code_warnings(at_block)["hybrid_model_object_groups"].message
+    fixed = review_plan(plan({**hybrid, "engine": {"args": {"max_num_batched_tokens": 4287}}}, cluster=gb10))
+    assert "batched_tokens_at_block_size" not in by_code_warnings(fixed)
+    # a dense model has no such checks
+    dense = review_plan(plan({**hybrid, "model": "Qwen/Qwen3-8B", "engine": {"args": {"max-num-batched-tokens": 16}}},
+                             cluster=gb10))  # fmt: skip
+    assert not {"batched_tokens_at_block_size", "hybrid_model_object_groups"} & set(by_code_warnings(dense))
+
+
+def by_code_warnings(review: Any) -> dict[str, Any]:
+    return {w.code: w for w in review.warnings}

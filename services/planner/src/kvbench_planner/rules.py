@@ -43,6 +43,8 @@ def workload_issues(w: Workload, machines: list[Machine] | None) -> tuple[list[P
         missing = "sizing.disk_tier_gb" if w.sizing.disk_tier_gb is None else "sizing.disk_tier_path"
         err("missing_sizing_field", f"The NVMe SSD tier needs {missing}", f"Set {missing}.", missing)
     _model_rules(w, machines, err, warn)
+    if stack is not None:
+        _hybrid_model_rules(w, stack, warn)
     _measurement_rules(w, err, warn)
     if machines is not None:
         _machine_rules(w, stack, machines, err, warn)
@@ -180,6 +182,40 @@ def _model_rules(
                 "Set the tensor parallel size so the weights fit.",
                 "engine.tensor_parallel_size",
             )
+
+
+def _engine_arg(w: Workload, name: str) -> object | None:
+    """An engine argument as the plan gives it, spelled with dashes or underscores."""
+    args = w.engine.args
+    return args.get(name, args.get(name.replace("-", "_")))
+
+
+def _hybrid_model_rules(w: Workload, stack: StackSpec, warn: Callable[[str, str, str, str], None]) -> None:
+    """The LMCache study's production checks for hybrid Mamba/GDN models (reference/lmcache-study.md, section 5.2)."""
+    model = find_model(w.model)
+    if model is None or model.attention_block_size is None or stack.engine != "vllm":
+        return
+    block = _engine_arg(w, "block-size")
+    n = int(block) if isinstance(block, int | str) and str(block).isdigit() else model.attention_block_size
+    batched = _engine_arg(w, "max-num-batched-tokens")
+    if isinstance(batched, int | str) and str(batched).isdigit() and int(batched) <= n:
+        warn(
+            "batched_tokens_at_block_size",
+            f"max-num-batched-tokens {batched} is not above the attention block size N = {n} of {w.model}: prefill "
+            "and decode cannot share a step, about 7x slower at low hit rates (the LMCache study, section 5.2)",
+            f"Set engine.args max-num-batched-tokens between N and 2N; 2N-1 = {2 * n - 1} is the study's choice.",
+            "engine.args",
+        )
+    if stack.lmcache_server:
+        warn(
+            "hybrid_model_object_groups",
+            f"{w.model} is a hybrid Mamba/GDN model: the official LMCache recipe for hybrid Qwen models needs the "
+            "server's --separate-object-groups, which kvbench's LMCache server does not pass (as in the study's "
+            "main run, where it made no measurable TTFT difference)",
+            "Before production, check the answers (at score level: hybrid models are not bit-exact) and the hit "
+            "rate with the option on.",
+            "stack",
+        )
 
 
 def _measurement_rules(
