@@ -52,7 +52,10 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
     sources = split["tokens"]
     assert sources["transferred"] > 0.99 * split["prompt_tokens"], split
     prefill = split["by_role"]["prefill"]
-    assert prefill["tokens"]["recomputed"] == pytest.approx(sources["transferred"], rel=0.01), split
+    # prefill and decode engines now run on different machines, scraped by different agents a few seconds apart: a
+    # window's edges fall at different moments on each side, so the two counts agree to the traffic of a scrape
+    # interval (2 s of a 35 s window), not to the token
+    assert prefill["tokens"]["recomputed"] == pytest.approx(sources["transferred"], rel=0.15), split
     assert split["by_role"]["decode"]["prompt_tokens"] == split["prompt_tokens"]
     # transferred, not cached: the comparison's cached share leaves them out and says how many moved
     assert pd["transferred_ratio"] > 0.99
