@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from array import array
+from collections.abc import Sequence
 from types import TracebackType
 
 from kvbench_contracts.events import SEND_LATE_MS, ClientTiming
@@ -52,7 +53,7 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def client_timing(probe: LagProbe, send_lateness_s: list[float]) -> ClientTiming:
+def client_timing(probe: LagProbe, send_lateness_s: Sequence[float]) -> ClientTiming:
     """The job's figures (wall-clock milliseconds) from the probe's samples and the scheduled sends' lateness."""
     lags = sorted(probe.lateness_s)
     sends = sorted(send_lateness_s)
