@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from kvbench_contracts.engine import SIM_LATE_US, sim_late_counter
 from kvbench_contracts.events import ClientTiming, EngineSampled, JobFinished, JobStarted, RunSubmitted
 from kvbench_contracts.records import RequestRecord
 from kvbench_reporter.ingest import Ingestor
@@ -464,7 +465,7 @@ async def test_a_lagging_client_or_pacer_marks_timing_unreliable_and_a_calm_one_
                     engine_id="e",
                     job_id="JB",
                     values={},
-                    normalized={"sim_tokens_written": written, "sim_tokens_written_late": late},
+                    normalized={"sim_tokens_written": written, sim_late_counter(SIM_LATE_US): late},
                     occurred_at=started.occurred_at + timedelta(seconds=at),
                 )
                 for at, written, late in ((1.0, 100, 0), (29.0, 1100, 30))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from kvbench_contracts.engine import sim_late_counter
 from kvbench_contracts.events import ClientTiming
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.analysis import Slo, analyze, analyze_grouped
-from kvbench_core.timing import timing_verdict
+from kvbench_core.timing import engine_late_share, engine_slip_p99_ms, timing_verdict
 
 
 def rec(
@@ -208,3 +209,34 @@ def test_merged_reads_and_client_lag_mark_timing_unreliable() -> None:
     assert not timing_verdict(idle, 0.0, engine_late_token_share=0.02)["reliable"]
     late_sends = ClientTiming(sends_scheduled=100, sends_late_share=0.3, send_late_p99_ms=12.0)
     assert "scheduled sends" in timing_verdict(late_sends, 0.0)["reasons"][0]
+
+
+def test_client_lag_and_engine_slip_against_the_itl_they_distort() -> None:
+    quiet = ClientTiming(loop_lag_samples=1000, loop_lag_p99_ms=0.5)
+    assert timing_verdict(quiet, 0.0, itl_p99_ms=12.0, time_scale=2.0)["reliable"]
+    # 3.6 ms of lag at p99 on a cluster paced at 2x real time is 7.2 engine ms: over a third of a 19 ms p99 ITL
+    lagging = ClientTiming(loop_lag_samples=1000, loop_lag_p99_ms=3.6)
+    verdict = timing_verdict(lagging, 0.0, itl_p99_ms=19.0, time_scale=2.0)
+    assert not verdict["reliable"]
+    assert "times the time scale 2" in verdict["reasons"][0]
+    assert verdict["figures"]["itl_noise_ms"] == pytest.approx(7.2)
+    # the same lag at real time against long gaps is noise the figure can carry
+    assert timing_verdict(lagging, 0.0, itl_p99_ms=40.0)["reliable"]
+    # the engines' slip adds to the client's
+    assert not timing_verdict(quiet, 0.0, itl_p99_ms=12.0, engine_slip_p99_ms=3.0, time_scale=2.0)["reliable"]
+
+
+def test_engine_slip_p99_is_read_off_the_lateness_buckets() -> None:
+    def deltas(**late_by_bound: float) -> dict[str, float]:
+        return {"sim_tokens_written": 1000.0, **{sim_late_counter(int(k[1:])): v for k, v in late_by_bound.items()}}
+
+    assert engine_slip_p99_ms(None) is None
+    assert engine_slip_p99_ms({"sim_tokens_written": 0.0}) is None
+    on_time = deltas(b500=0, b1000=0, b2000=0, b3000=0, b4000=0, b5000=0)
+    assert engine_slip_p99_ms(on_time) == pytest.approx(0.495)  # an upper estimate within the first bucket
+    # 5% later than 1 ms, 1% later than 2 ms: p99 at the 2 ms bound
+    slipping = deltas(b500=80, b1000=50, b2000=10, b3000=5, b4000=2, b5000=1)
+    assert engine_slip_p99_ms(slipping) == pytest.approx(2.0)
+    behind = deltas(b500=900, b1000=800, b2000=700, b3000=600, b4000=500, b5000=400)
+    assert engine_slip_p99_ms(behind) == pytest.approx(5.0)
+    assert engine_late_share(behind) == pytest.approx(0.4)

@@ -7,10 +7,12 @@ import pytest
 from pydantic import ValidationError
 
 from kvbench_contracts.commands import PoolMachine, StartStack
+from kvbench_contracts.engine import sim_late_counter
 from kvbench_contracts.plan import EngineSpec, SimCluster
 from kvbench_core.procs import pid_alive
 from kvbench_node_agent.launchers.base import LaunchError, read_block_size
 from kvbench_node_agent.launchers.sim import SimLauncher, sim_engine_spec, split_layout
+from kvbench_node_agent.normalize import normalize
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_stacks.topology import SimEngineCounts
 
@@ -397,18 +399,25 @@ def test_a_split_stack_places_prefill_and_decode_on_the_machines_the_plan_says()
     ]  # fmt: skip
 
 
-def test_scrape_keeps_the_one_bucket_the_pacing_counter_reads() -> None:
+def test_scrape_keeps_the_buckets_the_pacing_counters_read() -> None:
     text = (
         "# TYPE kvbench_sim_token_lateness_seconds histogram\n"
         'kvbench_sim_token_lateness_seconds_bucket{le="0.001"} 90.0\n'
         'kvbench_sim_token_lateness_seconds_bucket{le="0.005"} 98.0\n'
+        'kvbench_sim_token_lateness_seconds_bucket{le="0.0075"} 99.0\n'
         'kvbench_sim_token_lateness_seconds_bucket{le="+Inf"} 100.0\n'
         "kvbench_sim_token_lateness_seconds_count 100.0\n"
         "kvbench_sim_token_lateness_seconds_sum 0.2\n"
     )
     samples = parse_samples(text)
+    # the bounds the normalised counters name are kept, the others dropped (they multiply a scrape's size)
     assert samples == {
+        'kvbench_sim_token_lateness_seconds_bucket{le="0.001"}': 90.0,
         'kvbench_sim_token_lateness_seconds_bucket{le="0.005"}': 98.0,
         "kvbench_sim_token_lateness_seconds_count": 100.0,
         "kvbench_sim_token_lateness_seconds_sum": 0.2,
     }
+    counters = normalize(samples)
+    assert counters[sim_late_counter(1000)] == 10.0
+    assert counters[sim_late_counter(5000)] == 2.0
+    assert sim_late_counter(2000) not in counters  # a bucket the engine did not export is unknown, not zero

@@ -250,7 +250,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     warmup = result.warmup_s
     figures = analyze(records, warmup, load_end, Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms))
     lags = sorted(result.replay_lags_s)
-    timing = timing_verdict(client, figures["merged_chunk_share"])
+    timing = timing_verdict(client, figures["merged_chunk_share"], itl_p99_ms=(figures.get("itl_ms") or {}).get("p99"))
     summary = {
         **figures,
         "client_timing": client.model_dump(),

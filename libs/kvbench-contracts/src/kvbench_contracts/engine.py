@@ -3,7 +3,26 @@ reporter differences them over measured windows (a contract between the two)."""
 
 from __future__ import annotations
 
-__all__ = ["NORMALIZED_COUNTERS", "NORMALIZED_GAUGES", "PROMPT_TOKEN_SOURCES"]
+__all__ = [
+    "NORMALIZED_COUNTERS",
+    "NORMALIZED_GAUGES",
+    "PROMPT_TOKEN_SOURCES",
+    "SIM_LATE_BOUNDS_US",
+    "SIM_LATE_US",
+    "sim_late_counter",
+]
+
+# the simulated engines' pacing slip (kvbench_sim_token_lateness_seconds, whose buckets include these bounds): the
+# normalised counters keep, for each bound, the tokens written more than that long after the model's due time, so
+# the reporter can bound a window's p99 slip; a real engine has none of them
+SIM_LATE_BOUNDS_US: tuple[int, ...] = (500, 1000, 2000, 3000, 4000, 5000)
+SIM_LATE_US = 5000  # "late": the share of tokens past this bound is held against a threshold
+
+
+def sim_late_counter(bound_us: int) -> str:
+    """The normalised counter of tokens written more than ``bound_us`` after their modelled time."""
+    return f"sim_tokens_late_over_{bound_us}us"
+
 
 # cumulative counters
 NORMALIZED_COUNTERS: tuple[str, ...] = (
@@ -24,10 +43,8 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     "kv_bytes_transferred",
     "kv_transfers",
     "preemptions",
-    # the simulated engines' pacing (kvbench_sim_token_lateness_seconds): tokens written, and those written more
-    # than 5 ms after the model's due time; a real engine has neither
     "sim_tokens_written",
-    "sim_tokens_written_late",
+    *(sim_late_counter(bound) for bound in SIM_LATE_BOUNDS_US),
 )
 NORMALIZED_GAUGES: tuple[str, ...] = ("kv_usage",)  # 0..1
 

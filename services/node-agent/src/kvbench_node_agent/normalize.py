@@ -5,7 +5,7 @@ Counters (cumulative, differenced by the reporter over measured windows):
   prompt_tokens_transferred, prompt_tokens_recomputed, kv_bytes_loaded_host, kv_bytes_stored_host,
   kv_bytes_loaded_disk, kv_bytes_stored_disk, kv_bytes_loaded_remote, kv_bytes_stored_remote,
   prompt_tokens_external (a connector's hits the engine does not attribute), kv_bytes_transferred, kv_transfers,
-  preemptions, sim_tokens_written, sim_tokens_written_late (simulator only)
+  preemptions, sim_tokens_written and sim_tokens_late_over_<bound>us (simulator only)
 Gauges: kv_usage (0..1)
 """
 
@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from kvbench_contracts.engine import NORMALIZED_COUNTERS, NORMALIZED_GAUGES
+from kvbench_contracts.engine import NORMALIZED_COUNTERS, NORMALIZED_GAUGES, SIM_LATE_BOUNDS_US, sim_late_counter
 
 __all__ = ["COUNTERS", "GAUGES", "engine_kind", "normalize"]
 
@@ -39,6 +39,24 @@ def _sum(samples: Samples, name: str, **labels: str) -> float | None:
         if all(found.get(k) == v for k, v in labels.items()):
             total = (total or 0.0) + value
     return total
+
+
+def _bucket(samples: Samples, name: str, le: float) -> float | None:
+    """A histogram bucket's count by its bound as a number (a client may write 0.005 or 5e-03)."""
+    values = [
+        value
+        for key, value in samples.items()
+        if key.partition("{")[0] == name
+        and any(k == "le" and _as_float(v) == le for k, v in _LABELS.findall(key.partition("{")[2]))
+    ]
+    return sum(values) if values else None
+
+
+def _as_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _sum_any(samples: Samples, name: str, *operations: str) -> float | None:
@@ -227,13 +245,15 @@ def engine_kind(samples: Samples) -> str | None:
 
 
 def _sim_pacing(s: Samples) -> Samples:
-    """The simulator's pacing slip, whatever engine it imitates: tokens written, and those over 5 ms late."""
-    out: Samples = {}
+    """The simulator's pacing slip, whatever engine it imitates: tokens written, and those later than each bound."""
     written = _sum(s, "kvbench_sim_token_lateness_seconds_count")
-    on_time = _sum(s, "kvbench_sim_token_lateness_seconds_bucket", le="0.005")
-    if written is not None and on_time is not None:
-        out["sim_tokens_written"] = written
-        out["sim_tokens_written_late"] = max(0.0, written - on_time)
+    if written is None:
+        return {}
+    out: Samples = {"sim_tokens_written": written}
+    for bound in SIM_LATE_BOUNDS_US:
+        on_time = _bucket(s, "kvbench_sim_token_lateness_seconds_bucket", bound / 1e6)
+        if on_time is not None:
+            out[sim_late_counter(bound)] = max(0.0, written - on_time)
     return out
 
 

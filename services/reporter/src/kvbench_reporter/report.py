@@ -24,7 +24,7 @@ from kvbench_core.analysis import DEFINITIONS, Slo, distributions, figures, sele
 from kvbench_core.columns import Columns
 from kvbench_core.compare import COMPARE_DEFINITION, choose_baseline, compare_to_baseline
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
-from kvbench_core.timing import TIMING_DEFINITION, timing_verdict
+from kvbench_core.timing import TIMING_DEFINITION, engine_late_share, engine_slip_p99_ms, timing_verdict
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
 from kvbench_stacks.hardware import find_model
@@ -153,11 +153,6 @@ def _worst_client_timing(stored: Any) -> ClientTiming | None:
             (sum(values) if field in ("loop_lag_samples", "sends_scheduled") else max(values)) if values else None
         )
     return ClientTiming.model_validate({k: v for k, v in worst.items() if v is not None})
-
-
-def _engine_late_share(deltas: dict[str, Any] | None) -> float | None:
-    written = (deltas or {}).get("sim_tokens_written") or 0.0
-    return float((deltas or {}).get("sim_tokens_written_late", 0.0)) / written if written else None
 
 
 def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[str, Any]:
@@ -464,7 +459,10 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 entry["timing"] = timing_verdict(
                     _worst_client_timing(job["client_timing"]),
                     entry.get("merged_chunk_share"),
-                    _engine_late_share(deltas),
+                    engine_late_share(deltas),
+                    itl_p99_ms=(entry.get("itl_ms") or {}).get("p99"),
+                    engine_slip_p99_ms=engine_slip_p99_ms(deltas),
+                    time_scale=scale,
                 )
                 kv_keys = ("kv_bytes_transferred", "kv_bytes_loaded_remote", "kv_bytes_stored_remote")
                 job_windows.append(
