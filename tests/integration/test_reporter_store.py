@@ -39,7 +39,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -497,5 +497,34 @@ async def test_a_report_built_while_records_are_missing_says_so(fresh_database: 
         (workload,) = report["workloads"]
         assert workload["validity"]["verdict"] == "invalid"
         assert any("20 of the 25 records" in r for r in workload["validity"]["reasons"])
+    finally:
+        await store.close()
+
+
+async def test_connect_times_travel_packed_and_are_stored_apart_from_ttft(fresh_database: str) -> None:
+    import orjson  # noqa: PLC0415
+
+    from kvbench_contracts.events import RecordsPacked  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        records = [r.model_copy(update={"connect_s": 0.25 if i % 4 == 0 else None}) for i, r in
+                   enumerate(_records("JC", 8))]  # fmt: skip
+        packed = RecordsPacked.from_records("RC", "JC", "s", records)
+        assert await ingestor.records_raw([packed.to_bytes()]) == []
+        # a load generator older than the field sends no connect times: its rows store them as unknown
+        old = orjson.loads(RecordsPacked.from_records("RC", "JO", "s", _records("JO", 3)).to_bytes())
+        del old["connect_s"]
+        assert await ingestor.records_raw([orjson.dumps(old)]) == []
+        stored = await store.records("RC", "JC")
+        assert sorted(r.connect_s for r in stored if r.connect_s is not None) == [0.25, 0.25]
+        assert all(r.connect_s is None for r in await store.records("RC", "JO"))
+        figures_of = (await store.job_columns("RC", "JC")).connect_s
+        assert int((figures_of == 0.25).sum()) == 2
     finally:
         await store.close()

@@ -240,3 +240,13 @@ def test_engine_slip_p99_is_read_off_the_lateness_buckets() -> None:
     behind = deltas(b500=900, b1000=800, b2000=700, b3000=600, b4000=500, b5000=400)
     assert engine_slip_p99_ms(behind) == pytest.approx(5.0)
     assert engine_late_share(behind) == pytest.approx(0.4)
+
+
+def test_connections_are_counted_and_timed_apart_from_ttft() -> None:
+    fresh = rec(0.0, [0.1, 0.2]).model_copy(update={"connect_s": 0.05})
+    reused = rec(0.5, [0.1, 0.2])
+    out = analyze([fresh, reused, reused.model_copy(update={"request_id": "x"})], 0.0, 1.0)
+    assert out["connections"]["new"] == 1
+    assert out["connections"]["new_share"] == pytest.approx(1 / 3)
+    assert out["connections"]["connect_ms"]["p50"] == pytest.approx(50.0)
+    assert out["ttft_ms"]["p50"] == pytest.approx(100.0)  # the handshake is not in TTFT

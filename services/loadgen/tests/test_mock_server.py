@@ -111,3 +111,40 @@ async def test_events_are_stamped_when_they_reach_the_socket_even_while_the_loop
     lags = [arrived - at for (arrived, _), at in zip(response.events, sent, strict=True)]
     # the second was read 0.17 s late; a few microseconds either way are the two clocks' conversion
     assert all(-0.001 <= lag < 0.01 for lag in lags), lags
+
+
+async def test_connection_set_up_is_its_own_figure_and_not_in_ttft(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow connection set-up (a far host, a full accept queue) is measured apart: TTFT runs from the request's
+    write to the socket; a request that reuses a kept-alive connection, or one opened ahead, has no connect time."""
+    from kvbench_loadgen import sse  # noqa: PLC0415
+
+    opened = sse._Connection.open
+
+    async def slow_open(host: str, port: int) -> sse._Connection:
+        await asyncio.sleep(0.3)  # the handshake of a distant or busy server
+        return await opened(host, port)
+
+    monkeypatch.setattr(sse._Connection, "open", staticmethod(slow_open))
+    mock = MockServer(MockTiming(ttft_s=0.02, itl_s=0.002))
+    server = TestServer(mock.app())
+    await server.start_server()
+    base = str(server.make_url("")).rstrip("/")
+    body = {"model": "mock", "prompt": "a b c", "max_tokens": 4}
+    try:
+        started = asyncio.get_running_loop().time()
+        first = await stream_completion(None, base, body, False, 10)
+        assert first.ok
+        assert first.connect_s is not None
+        assert first.connect_s >= 0.3
+        assert first.t0 - started >= 0.3  # the send came after the connection was up
+        ttft = first.chunk_times[0] - first.t0
+        assert 0.015 < ttft < 0.25, ttft  # the server's 20 ms, not the 300 ms handshake
+        reused = await stream_completion(None, base, body, False, 10)
+        assert reused.ok
+        assert reused.connect_s is None
+        # three opened ahead of three concurrent requests: none of them waits for a handshake
+        assert await sse.preconnect(base, 3) >= 3
+        ahead = await asyncio.gather(*(stream_completion(None, base, body, False, 10) for _ in range(3)))
+        assert [r.connect_s for r in ahead] == [None, None, None]
+    finally:
+        await server.close()

@@ -174,3 +174,10 @@ def print_figures(figures: dict[str, Any]) -> None:
         f"output {figures['output_tokens_per_s']:.1f} tok/s · {figures['request_rate']:.2f} req/s · "
         f"goodput {figures['goodput_rps']:.2f} req/s · errors {figures['errors']}"
     )
+    connections = figures.get("connections") or {}
+    if connections.get("new"):
+        connect = connections["connect_ms"]
+        console.print(
+            f"new connections {connections['new']:,} ({connections['new_share']:.0%} of requests) · connect "
+            f"{ms(connect, 'p50')} ms p50, {ms(connect, 'p99')} ms p99 (not in TTFT)"
+        )

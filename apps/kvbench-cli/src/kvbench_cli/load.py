@@ -77,6 +77,13 @@ def add_load_parser(sub: Any) -> None:
         "are paced, and records stamped, in engine seconds",
     )
     load.add_argument("--timeout-s", type=float, default=600.0, help="per request")
+    load.add_argument(
+        "--preconnect",
+        type=int,
+        metavar="N",
+        help="connections to open before the load starts (default: --users, or --max-concurrency; 0: none); "
+        "connection set-up is reported apart from TTFT either way",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--records", required=True, metavar="FILE.jsonl")
     out.add_argument("--slo-ttft-ms", type=float)
@@ -187,6 +194,7 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
         request_timeout_s=args.timeout_s,
         drain_timeout_s=min(args.timeout_s, 120.0),
         time_scale=args.engine_speed,
+        preconnect=args.preconnect,
     )
     written = [0]
 

@@ -257,6 +257,8 @@ class RecordsPacked(Envelope):
     cached_tokens: list[int | None]
     ok: list[bool]
     error: list[str | None]
+    # empty from a producer older than the field: every request's connect time unknown
+    connect_s: list[float | None] = Field(default_factory=list, description="per request; null: connection reused")
     chunk_offsets: str = Field(description="base64, int64 little-endian, len(request_id) + 1 values")
     chunk_times: str = Field(description="base64, float64 little-endian, seconds after each request's start")
     chunk_tokens: str = Field(description="base64, int32 little-endian, aligned with chunk_times")
@@ -286,6 +288,7 @@ class RecordsPacked(Envelope):
             cached_tokens=[r.cached_tokens for r in records],
             ok=[r.ok for r in records],
             error=[r.error for r in records],
+            connect_s=[r.connect_s for r in records],
             chunk_offsets=_pack(OFFSETS_TYPECODE, offsets),
             chunk_times=_pack(TIMES_TYPECODE, times),
             chunk_tokens=_pack(COUNTS_TYPECODE, tokens),
@@ -295,6 +298,7 @@ class RecordsPacked(Envelope):
         offsets = _unpack(OFFSETS_TYPECODE, self.chunk_offsets)
         times = _unpack(TIMES_TYPECODE, self.chunk_times)
         tokens = _unpack(COUNTS_TYPECODE, self.chunk_tokens)
+        connect = self.connect_s or [None] * len(self.request_id)
         return [
             RequestRecord(
                 request_id=self.request_id[i],
@@ -313,6 +317,7 @@ class RecordsPacked(Envelope):
                 ok=self.ok[i],
                 error=self.error[i],
                 shard=self.shard,
+                connect_s=connect[i],
             )
             for i in range(len(self.request_id))
         ]

@@ -80,6 +80,11 @@ class RequestRecord(BaseModel):
     ok: bool = Field(description="True when the request completed without error")
     error: str | None = Field(default=None, description="timeout | http_<status> | connection_reset | bad_stream | ...")
     shard: str | None = Field(default=None, description="Id of the load generator that sent it")
+    connect_s: float | None = Field(
+        default=None,
+        description="Seconds spent opening a new connection before the send (not part of TTFT or E2E, which run "
+        "from the request's write to the socket); null when an idle kept-alive connection was reused",
+    )
 
 
 # the stored row (PostgreSQL request_records and its COPY) in column order: the record's fields plus its run
@@ -101,6 +106,7 @@ RECORD_COLUMNS: tuple[str, ...] = (
     "ok",
     "error",
     "shard",
+    "connect_s",
 )
 # the per-request scalar columns of a packed batch (RecordsPacked), in stored order: a batch carries job, run and
 # shard once and the chunk arrays packed

@@ -49,6 +49,9 @@ DEFINITIONS: dict[str, str] = {
     "good_fraction": "good / (successes + errors)",
     "merged_chunk_share": "content chunks (after each request's first) whose gap from the previous chunk is zero: "
     "read in one read with it, so their split of the ITL is lost",
+    "connections": "requests that opened a new connection before their send (the rest reused a kept-alive one), "
+    "and the time the opening took; TTFT and E2E run from the request's write to the socket, so connection set-up "
+    "is in neither",
     "clock": "load generator's monotonic clock",
 }
 
@@ -154,6 +157,16 @@ def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = N
         "prompt_tokens": int(c.prompt_tokens.sum()),
         "cached_tokens": int(c.cached_tokens.sum()),
         "output_tokens": output_tokens,
+        "connections": _connections(c),
+    }
+
+
+def _connections(c: Columns) -> dict[str, Any]:
+    opened = c.connect_s[~np.isnan(c.connect_s)]
+    return {
+        "new": int(opened.size),
+        "new_share": opened.size / len(c) if len(c) else None,
+        "connect_ms": summarize(opened, 1e3),
     }
 
 

@@ -51,6 +51,7 @@ class Columns:
     chunk_times: np.ndarray[Any, Any]
     chunk_tokens: np.ndarray[Any, Any]
     chunk_offsets: np.ndarray[Any, Any]  # len n + 1
+    connect_s: np.ndarray[Any, Any]  # NaN where a kept-alive connection was reused (or not recorded)
 
     def __len__(self) -> int:
         return int(self.start_s.size)
@@ -73,12 +74,13 @@ class Columns:
             chunk_times=times,
             chunk_tokens=tokens,
             chunk_offsets=offsets,
+            connect_s=np.array([np.nan if r.connect_s is None else r.connect_s for r in records], dtype=F8),
         )
 
     @classmethod
     def from_rows(cls, rows: Sequence[Any]) -> Columns:
         """Rows with start_s, ttft_s, e2e_s, ok, prompt_tokens, output_tokens, cached_tokens and the packed
-        chunk_times_s / chunk_tokens bytes (as the reporter's query returns them)."""
+        chunk_times_s / chunk_tokens bytes (as the reporter's query returns them), and connect_s where stored."""
         times_b = [r["chunk_times_s"] for r in rows]
         tokens_b = [r["chunk_tokens"] for r in rows]
         lengths = np.array([len(b) // 8 for b in times_b], dtype=np.int64)
@@ -95,6 +97,7 @@ class Columns:
             chunk_times=np.frombuffer(b"".join(times_b), dtype=F8),
             chunk_tokens=np.frombuffer(b"".join(tokens_b), dtype=I4).astype(np.int64),
             chunk_offsets=offsets,
+            connect_s=np.array([np.nan if (c := dict(r).get("connect_s")) is None else c for r in rows], dtype=F8),
         )
 
     def take(self, mask: np.ndarray[Any, Any]) -> Columns:
@@ -117,6 +120,7 @@ class Columns:
             self.chunk_times[positions],
             self.chunk_tokens[positions],
             offsets,
+            self.connect_s[index],
         )
 
     @staticmethod
@@ -143,6 +147,7 @@ class Columns:
             chunk_times=cat("chunk_times"),
             chunk_tokens=cat("chunk_tokens"),
             chunk_offsets=np.concatenate(offsets),
+            connect_s=cat("connect_s"),
         )
 
 

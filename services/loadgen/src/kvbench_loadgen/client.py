@@ -27,6 +27,7 @@ class StreamResult:
     output_tokens: int | None = None
     cached_tokens: int | None = None
     error: str | None = None
+    connect_s: float | None = None  # opening a new connection, before t0; None when one was reused
 
     @property
     def ok(self) -> bool:
@@ -75,6 +76,8 @@ async def stream_completion(
     result = StreamResult(t0=time.monotonic())
     try:
         response = await post_stream(url, body, {**_JSON, **(headers or {})}, timeout_s)
+        # TTFT runs from the request's write to the socket: opening a connection is its own figure
+        result.t0, result.connect_s = response.sent_at, response.connect_s
         if response.status != 200:
             result.error = f"http_{response.status}"
             return result
@@ -94,7 +97,9 @@ async def stream_completion(
 async def _stream_aiohttp(
     session: aiohttp.ClientSession | None, url: str, body: bytes, timeout_s: float, headers: dict[str, str] | None
 ) -> StreamResult:
-    """HTTPS endpoints: aiohttp (TLS), events stamped when the reading coroutine gets the bytes."""
+    """HTTPS endpoints: aiohttp (TLS), events stamped when the reading coroutine gets the bytes; t0 is taken
+    before aiohttp opens or reuses its connection, so here TTFT includes any TLS connection set-up (no connect
+    time is recorded apart)."""
     own = session is None
     http = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
     result = StreamResult(t0=time.monotonic())

@@ -30,6 +30,7 @@ from kvbench_contracts.envelope import new_id
 from kvbench_contracts.records import RequestRecord
 from kvbench_loadgen.client import StreamResult, stream_completion
 from kvbench_loadgen.routing import Router
+from kvbench_loadgen.sse import preconnect
 from kvbench_workloads.arrivals import arrival_gaps
 from kvbench_workloads.sessions import Session, Turn
 from kvbench_workloads.sources import Source
@@ -61,6 +62,10 @@ class DriveConfig:
     request_timeout_s: float = 600.0  # wall-clock
     drain_timeout_s: float = 120.0  # wall-clock
     time_scale: float = 1.0  # engine seconds per wall-clock second
+    # connections opened before the load starts, spread over the endpoints: None takes the concurrency the plan
+    # states (this shard's closed-loop users, else max_concurrency); 0 opens none. Requests that find none idle
+    # open their own, and their records say how long that took
+    preconnect: int | None = None
 
 
 @dataclass
@@ -116,6 +121,7 @@ def to_record(
         ok=result.ok,
         error=result.error,
         shard=shard,
+        connect_s=result.connect_s * time_scale if result.connect_s is not None else None,
     )
 
 
@@ -147,6 +153,7 @@ class Driver:
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
             self._http = http
+            await self._preconnect()
             self.load_t0 = time.monotonic()
             bounded = cfg.duration_s > 0
             self._deadline = self.load_t0 + self._wall(cfg.duration_s) if bounded else float("inf")
@@ -176,6 +183,18 @@ class Driver:
         if self._measured_span and self.source.measure_phases:
             self.result.warmup_s, self.result.load_end_s = self._measured_span[0], self._measured_span[1]
         return self.result
+
+    async def _preconnect(self) -> None:
+        cfg = self.config
+        wanted = cfg.preconnect
+        if wanted is None:
+            wanted = len(self.source.users) if cfg.mode == "closed_loop" else (cfg.max_concurrency or 0)
+        plain = [e for e in self.router.endpoints if e.base_url.startswith("http://")]
+        if wanted <= 0 or not plain:
+            return
+        each = -(-wanted // len(plain))
+        opened = await asyncio.gather(*(preconnect(e.base_url, each) for e in plain))
+        log.info("connections opened ahead of the load", extra={"job_id": cfg.job_id, "connections": sum(opened)})
 
     # -- one request -------------------------------------------------------------------------
     async def _send(self, session: Session, turn: Turn) -> bool:

@@ -10,7 +10,9 @@ between the request's send and the read (a clock step can never produce an impos
 gives no stamp, the read time is used. Limit: segments of one connection that wait in the kernel together are
 merged and carry the later one's stamp, so events are told apart only while the reader is late by less than the
 gap between them (a late read still never stamps later than the read itself).
-JSON is parsed after the response ends, off the timing path. Connections are kept alive and reused per host.
+JSON is parsed after the response ends, off the timing path. Connections are kept alive and reused per host; a
+response says when its request was written to the socket (TTFT's origin) and, apart from it, how long opening a
+new connection took, so neither hides the other; ``preconnect`` opens connections before a schedule starts.
 Only what an OpenAI-compatible streaming endpoint needs: POST with a JSON body, a status line, headers, chunked
 or length-delimited bodies.
 """
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
-__all__ = ["HttpError", "SseResponse", "post_stream"]
+__all__ = ["HttpError", "SseResponse", "post_stream", "preconnect"]
 
 
 class HttpError(ConnectionError):
@@ -40,6 +42,8 @@ class SseResponse:
     status: int = 0
     events: list[tuple[float, bytes]] = field(default_factory=list)  # (arrival time, data of one "data:" line)
     body: bytes = b""  # a non-streamed (error) body
+    sent_at: float = 0.0  # monotonic time the request's write to the socket began
+    connect_s: float | None = None  # time to open the connection it went on; None: a kept-alive one was reused
 
 
 # Linux values, absent from the socket module on some builds
@@ -107,7 +111,7 @@ class _Connection:
     async def request(self, data: bytes) -> asyncio.Future[SseResponse]:
         self._reset()
         self.done = self._loop.create_future()
-        self._sent_at = time.monotonic()
+        self._sent_at = self.response.sent_at = time.monotonic()
         try:
             await self._loop.sock_sendall(self.sock, data)
         except OSError as exc:
@@ -219,14 +223,37 @@ _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, defaultdict[tuple[s
 )
 
 
-async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> SseResponse:
-    """POST ``body`` and collect the streamed events; raises ``HttpError`` or ``TimeoutError``."""
+def _pool(url: str) -> tuple[str, int, list[_Connection]]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
     if parts.scheme != "http":
         raise HttpError(f"{parts.scheme}: only plain http is streamed by this client")
-    loop = asyncio.get_running_loop()
-    pool = _POOLS.setdefault(loop, defaultdict(list))[(host, port)]
+    return host, port, _POOLS.setdefault(asyncio.get_running_loop(), defaultdict(list))[(host, port)]
+
+
+async def preconnect(url: str, count: int, timeout_s: float = 10.0, parallel: int = 64) -> int:
+    """Open connections to ``url``'s host until ``count`` idle ones wait in its pool (``parallel`` at a time, so a
+    thousand are not a SYN flood); the number now idle there. Ones that fail to open are left out, not raised:
+    their requests open their own, and say so in their connect time."""
+    host, port, pool = _pool(url)
+    pool[:] = [c for c in pool if not c.closed]
+    missing = max(0, count - len(pool))
+    gate = asyncio.Semaphore(parallel)
+
+    async def one() -> None:
+        async with gate:
+            with contextlib.suppress(OSError, TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    pool.append(await _Connection.open(host, port))
+
+    await asyncio.gather(*(one() for _ in range(missing)))
+    return len(pool)
+
+
+async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> SseResponse:
+    """POST ``body`` and collect the streamed events; raises ``HttpError`` or ``TimeoutError``."""
+    parts = urlsplit(url)
+    host, port, pool = _pool(url)
     connection = None
     while pool and connection is None:
         candidate = pool.pop()
@@ -236,15 +263,19 @@ async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s:
     head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: {len(body)}\r\n"
     head += "Accept: text/event-stream\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    connect_s: float | None = None
     try:
         async with asyncio.timeout(timeout_s):
             if connection is None:
+                opening = time.monotonic()
                 try:
                     connection = await _Connection.open(host, port)
                 except OSError as exc:
                     raise HttpError(str(exc)) from exc
+                connect_s = time.monotonic() - opening
             done = await connection.request(head.encode() + body)
             response = await done
+            response.connect_s = connect_s
     except BaseException:
         if connection is not None:
             connection.close()  # a half-read response must not be reused

@@ -74,6 +74,7 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
                 bool(r["ok"]),
                 _opt(r.get("error"), str),
                 _opt(r.get("shard"), str),
+                _opt(r.get("connect_s"), float),
             )
         )
     return run_id, rows, datetime.fromisoformat(str(raw["occurred_at"]))
@@ -87,6 +88,8 @@ def _decode_packed(raw: dict[str, Any]) -> tuple[str, list[tuple[object, ...]], 
     tokens = base64.b64decode(raw["chunk_tokens"])
     if len(times) != _TIME_BYTES * offsets[-1] or len(tokens) != _TOKEN_BYTES * offsets[-1]:
         raise ValueError("packed chunk arrays do not match their offsets")
+    if not raw.get("connect_s"):  # a producer older than the field
+        raw["connect_s"] = [None] * count
     columns = [raw[name] for name in PACKED_COLUMNS]
     if any(len(column) != count for column in columns):
         raise ValueError("packed columns differ in length")
@@ -109,8 +112,9 @@ def _decode_packed(raw: dict[str, Any]) -> tuple[str, list[tuple[object, ...]], 
             bool(ok),
             error,
             shard,
+            connect,
         )
-        for rid, workload, session, turn, start, ttft, e2e, prompt, output, cached, ok, error, a, b in zip(
+        for rid, workload, session, turn, start, ttft, e2e, prompt, output, cached, ok, error, connect, a, b in zip(
             *columns, offsets[:-1], offsets[1:], strict=True
         )
     ]

@@ -44,6 +44,7 @@ def record_rows(run_id: str, records: Sequence[RequestRecord]) -> list[tuple[obj
             r.ok,
             r.error,
             r.shard,
+            r.connect_s,
         )
         for r in records
     ]
@@ -247,7 +248,7 @@ class Store:
         """A job's records as columns: no Python object per request (the report's path for large runs)."""
         rows = await self.pool.fetch(
             "SELECT start_s, ttft_s, e2e_s, ok, prompt_tokens, output_tokens, cached_tokens, chunk_times_s, "
-            "chunk_tokens FROM request_records WHERE run_id = $1 AND job_id = $2",
+            "chunk_tokens, connect_s FROM request_records WHERE run_id = $1 AND job_id = $2",
             run_id,
             job_id,
         )
