@@ -109,7 +109,9 @@ def main() -> None:
         )
 
 
-def drive_process(base: str, mode: str, level: float, duration_s: float, out: Any) -> None:
+def drive_process(
+    base: str, mode: str, level: float, duration_s: float, out: Any, preconnect: int | None = None
+) -> None:
     """The driver in its own process (so its memory is its own), reporting records and peak RSS."""
     import resource  # noqa: PLC0415
 
@@ -130,6 +132,7 @@ def drive_process(base: str, mode: str, level: float, duration_s: float, out: An
         mode="request_rate" if mode == "request_rate" else "closed_loop",
         load_level=level,
         duration_s=duration_s,
+        preconnect=preconnect,
     )
     records: list[Any] = []
     router = Router([EngineEndpoint(node_id="n", engine_id="e", base_url=base, metrics_url=base)], "round_robin")
@@ -138,7 +141,7 @@ def drive_process(base: str, mode: str, level: float, duration_s: float, out: An
     out.put(
         {
             "t0": driver.load_t0,
-            "records": [(r.start_s, r.ttft_s, r.ok, r.request_id) for r in records],
+            "records": [(r.start_s, r.ttft_s, r.ok, r.request_id, r.connect_s) for r in records],
             "requests": result.requests,
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
@@ -163,33 +166,47 @@ def driver_benchmarks() -> None:
     got = out.get(timeout=120)
     client.join()
     server.terminate()
-    sent_in_window = sum(1 for start, _, _, _ in got["records"] if start < 5.0)
+    sent_in_window = sum(1 for start, *_ in got["records"] if start < 5.0)
     print(
         f"driver, Poisson 2,000 requests/s for 5 s: {sent_in_window:,} sent = {sent_in_window / 5.0:,.0f} requests/s "
         f"({sent_in_window / 10_000:.1%} of the target; goal >= 99%), "
         f"{sum(1 for r in got['records'] if r[2]):,} ok"
     )
-    # 1,000 slow streams
-    server, base = with_server(0.5, 0.1)
-    client = ctx.Process(target=drive_process, args=(base, "closed_loop", 1000, 0.0, out))
-    client.start()
-    got = out.get(timeout=300)
-    client.join()
-    truth = json.loads(aiohttp_get(f"{base}/dump"))
-    server.terminate()
-    received = sorted(truth["received"].values())
-    opened_s = received[-1] - got["t0"] if received else float("nan")
-    err = []
-    for start, ttft, ok, request_id in got["records"]:
-        sent = truth["sent"].get(request_id)
-        if ok and ttft is not None and sent:  # client TTFT minus (server's first write - client send)
-            err.append((ttft - (sent[0] - (got["t0"] + start))) * 1e3)
-    print(
-        f"driver, 1,000 slow streams (TTFT 500 ms, 16 x 100 ms): all {len(received):,} requests at the server "
-        f"{opened_s:.2f} s after the load start (goal <= 1 s); TTFT error p50 {np.percentile(err, 50):.1f} ms "
-        f"p99 {np.percentile(err, 99):.1f} ms (goal p50 <= 20) over {len(err):,} matched; "
-        f"client peak RSS {got['rss_mb']:.0f} MB (goal < 150)"
-    )
+    # 1,000 slow streams: connections opened on demand (each request's set-up shown apart, and what TTFT would be
+    # if it still included it, as before) and opened ahead of the load (the default: the plan's 1,000 users)
+    for preconnect, label in ((0, "opened on demand"), (None, "opened ahead")):
+        server, base = with_server(0.5, 0.1)
+        client = ctx.Process(target=drive_process, args=(base, "closed_loop", 1000, 0.0, out, preconnect))
+        client.start()
+        got = out.get(timeout=300)
+        client.join()
+        truth = json.loads(aiohttp_get(f"{base}/dump"))
+        server.terminate()
+        received = sorted(truth["received"].values())
+        opened_s = received[-1] - got["t0"] if received else float("nan")
+        err, with_connect, connects = [], [], []
+        for start, ttft, ok, request_id, connect in got["records"]:
+            sent = truth["sent"].get(request_id)
+            if connect is not None:
+                connects.append(connect * 1e3)
+            if ok and ttft is not None and sent:  # client TTFT minus (server's first write - client send)
+                error = (ttft - (sent[0] - (got["t0"] + start))) * 1e3
+                err.append(error)
+                with_connect.append(error + (connect or 0.0) * 1e3)
+        connect_text = (
+            f"{len(connects):,} new connections, connect p50 {np.percentile(connects, 50):.1f} ms p99 "
+            f"{np.percentile(connects, 99):.1f} ms"
+            if connects
+            else "no new connection during the load"
+        )
+        print(
+            f"driver, 1,000 slow streams (TTFT 500 ms, 16 x 100 ms), connections {label}: all {len(received):,} "
+            f"requests at the server {opened_s:.2f} s after the load start (goal <= 1 s); TTFT error p50 "
+            f"{np.percentile(err, 50):.2f} ms p99 {np.percentile(err, 99):.2f} ms (goal p50 <= 5) over {len(err):,} "
+            f"matched; {connect_text}; counting set-up in TTFT (the old definition) p50 "
+            f"{np.percentile(with_connect, 50):.1f} ms p99 {np.percentile(with_connect, 99):.1f} ms; "
+            f"client peak RSS {got['rss_mb']:.0f} MB (goal < 150)"
+        )
 
 
 def startup() -> None:
