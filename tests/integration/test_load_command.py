@@ -151,3 +151,38 @@ async def test_mooncake_replay_reproduces_the_traces_sharing_and_arrivals(tmp_pa
     assert lateness[len(lateness) // 2] < 0.01
     assert lateness[int(0.99 * (len(lateness) - 1))] < 0.1
     assert json.loads(out)["replay_lag_p99_ms"] < 100
+
+
+async def test_workers_split_one_schedule_and_join_their_records(mock_url: str, tmp_path: Path) -> None:
+    """Two processes share one Poisson schedule (each half the rate) and one start: one records file, each request
+    once, the shards told apart, the rate the one asked for, the timing of the worst worker."""
+    records = tmp_path / "records.jsonl"
+    code, out, err = await _kvbench(
+        "load", "--endpoint", mock_url, "--model", "mock", "--shape", "shared_prompt", "--prefix-tokens", "16",
+        "--output-tokens", "8", "--rate", "200", "--duration-s", "3", "--records", str(records), "--workers", "2",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert summary["workers"] == 2
+    assert summary["records_written"] == len(rows) == summary["requests_total"]
+    assert len({r["request_id"] for r in rows}) == len(rows)
+    assert {r["shard"] for r in rows} == {"cli-0", "cli-1"}
+    assert 450 <= len(rows) <= 750  # Poisson at 200/s for 3 s, split in two
+    # one clock and one start: both workers' sends spread over the same 3 s window
+    for shard in ("cli-0", "cli-1"):
+        starts = [r["start_s"] for r in rows if r["shard"] == shard]
+        assert min(starts) < 0.5
+        assert max(starts) > 2.5
+    assert summary["client_timing"]["loop_lag_samples"] > 0  # both workers' probes, added up
+    assert not list(tmp_path.glob(".records.jsonl.worker*"))  # the parts were joined and removed
+
+
+async def test_workers_below_one_is_refused(mock_url: str, tmp_path: Path) -> None:
+    code, _, err = await _kvbench(
+        "load", "--endpoint", mock_url, "--model", "mock", "--shape", "shared_prompt", "--rate", "10",
+        "--duration-s", "1", "--records", str(tmp_path / "r.jsonl"), "--workers", "0",
+    )  # fmt: skip
+    assert code == 2
+    assert "--workers" in err

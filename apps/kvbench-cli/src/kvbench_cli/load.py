@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,13 @@ def add_load_parser(sub: Any) -> None:
     out.add_argument("--slo-e2e-ms", type=float)
     out.add_argument("--json", action="store_true", help="print the summary as JSON")
     out.add_argument("--quiet", action="store_true", help="no progress line")
+    load.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split the schedule over N processes (one per core), started together: shards of one job",
+    )
     p.set_defaults(func=cmd_load)
 
 
@@ -156,9 +165,19 @@ def server_base_url(url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> tuple[Any, Any, int, Any]:
-    from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
-    from kvbench_loadgen.entrypoints import DriveConfig, Driver, LagProbe, Router, client_timing  # noqa: PLC0415
+@dataclass(frozen=True)
+class _Share:
+    """One worker's part of the schedule: shard ``index`` of ``count`` (1 of 1 without --workers)."""
+
+    index: int = 0
+    count: int = 1
+
+    def split(self, value: int | None) -> int | None:
+        """A whole-run bound (max concurrency, connections) as this worker's part, rounded up."""
+        return None if value is None else -(-value // self.count)
+
+
+def _source(args: argparse.Namespace, traffic: dict[str, Any], share: _Share) -> tuple[Any, Any, float]:
     from kvbench_workloads.sources import build_source  # noqa: PLC0415
 
     arrivals = traffic["arrivals"]
@@ -171,8 +190,28 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
         users=int(level) if mode == "closed_loop" else 1,
         model=args.model,
         seed=args.seed,
+        shard=share.index,
+        shards=share.count,
         horizon_s=args.duration_s if args.duration_s > 0 else float("inf"),
     )
+    return source, mode, level
+
+
+async def _run(
+    args: argparse.Namespace,
+    traffic: dict[str, Any],
+    out: Any,
+    prepared: tuple[Any, Any, float],
+    share: _Share = _Share(),
+    start_at: float | None = None,
+    progress: Any = None,
+) -> tuple[Any, Any, int, Any]:
+    """One driver over its share of the schedule; ``progress``: a worker's shared counters instead of a line."""
+    from kvbench_contracts.events import EngineEndpoint  # noqa: PLC0415
+    from kvbench_loadgen.entrypoints import DriveConfig, Driver, LagProbe, Router, client_timing  # noqa: PLC0415
+
+    source, mode, level = prepared
+    arrivals = traffic["arrivals"]
     endpoints = [
         EngineEndpoint(node_id="cli", engine_id=f"e{i}", base_url=base, metrics_url=base + "/metrics")
         for i, base in enumerate(server_base_url(url) for url in args.endpoint)
@@ -186,15 +225,17 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
         duration_s=args.duration_s,
         warmup_s=args.warmup_s,
         seed=args.seed,
-        shard="cli",
+        shard="cli" if share.count == 1 else f"cli-{share.index}",
+        shards=share.count,
         distribution=arrivals.get("distribution", "poisson"),
         burstiness=float(arrivals.get("burstiness", 1.0)),
-        max_concurrency=arrivals.get("max_concurrency"),
+        max_concurrency=share.split(arrivals.get("max_concurrency")),
         honor_gaps=arrivals.get("gaps", "recorded") != "none",
         request_timeout_s=args.timeout_s,
         drain_timeout_s=min(args.timeout_s, 120.0),
         time_scale=args.engine_speed,
-        preconnect=args.preconnect,
+        preconnect=share.split(args.preconnect),
+        start_at=start_at,
     )
     written = [0]
 
@@ -206,7 +247,12 @@ async def _run(args: argparse.Namespace, traffic: dict[str, Any], out: Any) -> t
     probe = LagProbe()
     async with probe:
         task = asyncio.ensure_future(driver.run())
-        await _watch(args, driver, task)
+        if progress is None:
+            await _watch(args, driver, task)
+        else:
+            while not task.done():
+                progress[2 * share.index], progress[2 * share.index + 1] = driver.result.requests, driver.result.errors
+                await asyncio.wait([task], timeout=0.5)
     return task.result(), source, written[0], client_timing(probe, task.result().send_lateness_s)
 
 
@@ -222,6 +268,136 @@ async def _watch(args: argparse.Namespace, driver: Any, task: asyncio.Future[Any
             sys.stderr.flush()
     if not args.quiet:
         sys.stderr.write("\n")
+
+
+def _worker(
+    args: argparse.Namespace,
+    traffic: dict[str, Any],
+    share: _Share,
+    path: str,
+    queue: Any,
+    go: Any,
+    start_at: Any,
+    progress: Any,
+) -> None:
+    """One ``--workers`` process: build its share of the sessions, say it is ready, start at the shared moment."""
+    import uvloop  # noqa: PLC0415
+
+    try:
+        prepared = _source(args, traffic, share)
+    except (ValueError, FileNotFoundError) as exc:
+        queue.put(("error", share.index, str(exc)))
+        return
+    queue.put(("ready", share.index, None))
+    go.wait()
+    try:
+        with Path(path).open("w", encoding="utf-8", buffering=1 << 20) as out:
+            result, source, written, client = uvloop.run(
+                _run(args, traffic, out, prepared, share, start_at.value, progress)
+            )
+    except (ValueError, FileNotFoundError) as exc:
+        queue.put(("error", share.index, str(exc)))
+        return
+    queue.put(("done", share.index, (result, client.model_dump(), written, source.tokenizer, source.notes)))
+
+
+@dataclass
+class _Outcome:
+    result: Any
+    tokenizer: str
+    notes: list[str]
+    written: int
+    client: Any
+
+
+def _drive_workers(args: argparse.Namespace, traffic: dict[str, Any], path: Path) -> _Outcome:
+    """``--workers N``: one schedule split over N processes (shards of one job, as the planner's load generators
+    are), started at one shared monotonic moment; their records are joined into one file and their figures into
+    one result. Raises ValueError with the first worker's error."""
+    import multiprocessing  # noqa: PLC0415
+    from queue import Empty  # noqa: PLC0415
+
+    from kvbench_contracts.events import ClientTiming  # noqa: PLC0415
+    from kvbench_core.timing import worst_client_timing  # noqa: PLC0415
+
+    count = args.workers
+    ctx = multiprocessing.get_context("spawn")  # no inherited event loop or sockets
+    queue, go = ctx.Queue(), ctx.Event()
+    start_at, progress = ctx.Value("d", 0.0), ctx.Array("q", 2 * count, lock=False)
+    parts = [path.with_name(f".{path.name}.worker{i}") for i in range(count)]
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(args, traffic, _Share(i, count), str(parts[i]), queue, go, start_at, progress),
+            daemon=True,
+        )
+        for i in range(count)
+    ]
+    for proc in procs:
+        proc.start()
+    done: dict[int, Any] = {}
+    try:
+        ready = 0
+        while ready < count:
+            try:
+                kind, index, payload = queue.get(timeout=300)
+            except Empty:
+                raise ValueError("the load workers were not ready after 300 s (building their sessions)") from None
+            if kind == "error":
+                raise ValueError(payload)
+            ready += 1
+        # every worker has built its sessions: start together, a moment from now (time to open their connections)
+        start_at.value = time.monotonic() + 0.5
+        go.set()
+        last = 0.0
+        while len(done) < count:
+            try:
+                kind, index, payload = queue.get(timeout=1.0)
+            except Empty:  # show progress, and notice a worker that died without a word
+                dead = [i for i, proc in enumerate(procs) if not proc.is_alive() and i not in done]
+                if dead and queue.empty():
+                    raise ValueError(
+                        f"load worker {dead[0]} exited ({procs[dead[0]].exitcode}) without a result"
+                    ) from None
+            else:
+                if kind == "error":
+                    raise ValueError(f"load worker {index}: {payload}")
+                done[index] = payload
+            now = time.monotonic()
+            if not args.quiet and now - last >= 1.0:
+                last = now
+                requests, errors = sum(progress[0::2]), sum(progress[1::2])
+                sys.stderr.write(
+                    f"\r{max(0.0, now - start_at.value) * args.engine_speed:6.1f} s · {requests:,} requests · "
+                    f"{errors:,} errors · {count} workers "
+                )
+                sys.stderr.flush()
+        if not args.quiet:
+            sys.stderr.write("\n")
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+    with path.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as piece:
+                shutil.copyfileobj(piece, out)
+            part.unlink()
+    results = [done[i][0] for i in range(count)]
+    merged = results[0]
+    for other in results[1:]:
+        merged.requests += other.requests
+        merged.errors += other.errors
+        merged.skipped_arrivals += other.skipped_arrivals
+        merged.late_arrivals += other.late_arrivals
+        merged.replay_lags_s.extend(other.replay_lags_s)
+        merged.send_lateness_s.extend(other.send_lateness_s)
+        merged.abandoned = merged.abandoned or other.abandoned
+    merged.warmup_s = min(r.warmup_s for r in results)
+    merged.load_end_s = max(r.load_end_s for r in results)
+    client = worst_client_timing([ClientTiming.model_validate(done[i][1]) for i in range(count)])
+    return _Outcome(merged, done[0][3], list(done[0][4]), sum(done[i][2] for i in range(count)), client)
 
 
 def cmd_load(args: argparse.Namespace) -> int:
@@ -243,16 +419,25 @@ def cmd_load(args: argparse.Namespace) -> int:
     if not args.engine_speed > 0:
         sys.stderr.write("error: --engine-speed: must be above 0 (1 for real engines; a sim engine's --speed)\n")
         return 2
+    if args.workers < 1:
+        sys.stderr.write("error: --workers: must be at least 1 (one process per core at most is useful)\n")
+        return 2
     path = Path(args.records)
     started = time.monotonic()
     try:
-        with path.open("w", encoding="utf-8", buffering=1 << 20) as out:
-            import uvloop  # noqa: PLC0415 (a dependency of the load generator: timestamps on a fast loop)
+        if args.workers > 1:
+            outcome = _drive_workers(args, traffic, path)
+        else:
+            with path.open("w", encoding="utf-8", buffering=1 << 20) as out:
+                import uvloop  # noqa: PLC0415 (a dependency of the load generator: timestamps on a fast loop)
 
-            result, source, written, client = uvloop.run(_run(args, traffic, out))
+                prepared = _source(args, traffic, _Share())
+                result, source, written, client = uvloop.run(_run(args, traffic, out, prepared))
+                outcome = _Outcome(result, source.tokenizer, list(source.notes), written, client)
     except (ValueError, FileNotFoundError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    result, written, client = outcome.result, outcome.written, outcome.client
     records = [RequestRecord.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
     load_end = args.duration_s if args.duration_s > 0 else result.load_end_s
     warmup = result.warmup_s
@@ -269,8 +454,9 @@ def cmd_load(args: argparse.Namespace) -> int:
         "load_end_s": load_end,
         "skipped_arrivals": result.skipped_arrivals,
         "replay_lag_p99_ms": 1000 * lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
-        "tokenizer": source.tokenizer,
-        "notes": source.notes,
+        "tokenizer": outcome.tokenizer,
+        "notes": outcome.notes,
+        "workers": args.workers,
         "wall_s": time.monotonic() - started,
     }
     if args.json:
@@ -279,8 +465,8 @@ def cmd_load(args: argparse.Namespace) -> int:
         from kvbench_cli.console import print_figures  # noqa: PLC0415
 
         print_figures(figures)
-        sys.stdout.write(f"records: {written:,} in {path} · tokenizer: {source.tokenizer}\n")
-        for note in source.notes:
+        sys.stdout.write(f"records: {written:,} in {path} · tokenizer: {outcome.tokenizer}\n")
+        for note in outcome.notes:
             sys.stdout.write(f"note: {note}\n")
     if not timing["reliable"]:
         # stderr as well as the JSON: a run past the client's knee is never silent

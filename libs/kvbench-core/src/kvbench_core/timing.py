@@ -9,12 +9,20 @@ job's validity says so, so a loaded machine gives flagged figures instead of sil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kvbench_contracts.engine import SIM_LATE_BOUNDS_US, SIM_LATE_US, sim_late_counter
 from kvbench_contracts.events import SEND_LATE_MS, ClientTiming
 
-__all__ = ["TIMING_DEFINITION", "TIMING_THRESHOLDS", "engine_late_share", "engine_slip_p99_ms", "timing_verdict"]
+__all__ = [
+    "TIMING_DEFINITION",
+    "TIMING_THRESHOLDS",
+    "engine_late_share",
+    "engine_slip_p99_ms",
+    "timing_verdict",
+    "worst_client_timing",
+]
 
 TIMING_THRESHOLDS: dict[str, float] = {
     # the client's event loop: a timer firing this late at p99 delays one read or send in a hundred as much
@@ -40,6 +48,19 @@ TIMING_DEFINITION = (
     "5 ms after their modelled time, or the client's lag and the engines' slip at p99 (times the time scale) add up "
     f"to over {TIMING_THRESHOLDS['itl_noise_share']:.0%} of the p99 ITL they would distort"
 )
+
+
+def worst_client_timing(shards: Sequence[ClientTiming]) -> ClientTiming | None:
+    """Several load generators' lag figures as one, the worst of each (a shard or worker that fell behind taints
+    the pooled figures); sample counts add up."""
+    if not shards:
+        return None
+    worst: dict[str, Any] = {}
+    for field in ClientTiming.model_fields:
+        values = [getattr(s, field) for s in shards if getattr(s, field) is not None]
+        if values:
+            worst[field] = sum(values) if field in ("loop_lag_samples", "sends_scheduled") else max(values)
+    return ClientTiming.model_validate(worst)
 
 
 def engine_late_share(deltas: dict[str, Any] | None) -> float | None:

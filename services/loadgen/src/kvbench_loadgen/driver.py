@@ -66,6 +66,9 @@ class DriveConfig:
     # states (this shard's closed-loop users, else max_concurrency); 0 opens none. Requests that find none idle
     # open their own, and their records say how long that took
     preconnect: int | None = None
+    # the monotonic time the load starts at, shared by workers that split one schedule (processes of one machine
+    # read the same CLOCK_MONOTONIC, so their records' times line up); None: as soon as the connections are open
+    start_at: float | None = None
 
 
 @dataclass
@@ -154,7 +157,9 @@ class Driver:
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
             self._http = http
             await self._preconnect()
-            self.load_t0 = time.monotonic()
+            if cfg.start_at is not None:
+                await asyncio.sleep(max(0.0, cfg.start_at - time.monotonic()))
+            self.load_t0 = cfg.start_at if cfg.start_at is not None else time.monotonic()
             bounded = cfg.duration_s > 0
             self._deadline = self.load_t0 + self._wall(cfg.duration_s) if bounded else float("inf")
             if cfg.mode == "request_rate":

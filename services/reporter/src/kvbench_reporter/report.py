@@ -24,7 +24,13 @@ from kvbench_core.analysis import DEFINITIONS, Slo, distributions, figures, sele
 from kvbench_core.columns import Columns
 from kvbench_core.compare import COMPARE_DEFINITION, choose_baseline, compare_to_baseline
 from kvbench_core.stats import coefficient_of_variation, drift, repeat_interval, slice_figures
-from kvbench_core.timing import TIMING_DEFINITION, engine_late_share, engine_slip_p99_ms, timing_verdict
+from kvbench_core.timing import (
+    TIMING_DEFINITION,
+    engine_late_share,
+    engine_slip_p99_ms,
+    timing_verdict,
+    worst_client_timing,
+)
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
 from kvbench_stacks.hardware import find_model
@@ -139,20 +145,6 @@ def _job_figures(spec: dict[str, Any], job: asyncpg.Record, everything: Columns)
     first_ttft = float(everything.ttft_s[first]) if first is not None else float("nan")
     out["first_request_ttft_ms"] = first_ttft * 1e3 if not np.isnan(first_ttft) else None
     return out, measured
-
-
-def _worst_client_timing(stored: Any) -> ClientTiming | None:
-    """One job's shards' lag figures, the worst of each (a shard that fell behind taints the pooled figures)."""
-    shards = [ClientTiming.model_validate(s) for s in (_json(stored) or [])]
-    if not shards:
-        return None
-    worst: dict[str, Any] = {}
-    for field in ClientTiming.model_fields:
-        values = [getattr(s, field) for s in shards if getattr(s, field) is not None]
-        worst[field] = (
-            (sum(values) if field in ("loop_lag_samples", "sends_scheduled") else max(values)) if values else None
-        )
-    return ClientTiming.model_validate({k: v for k, v in worst.items() if v is not None})
 
 
 def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[str, Any]:
@@ -457,7 +449,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
                 entry["timing"] = timing_verdict(
-                    _worst_client_timing(job["client_timing"]),
+                    worst_client_timing([ClientTiming.model_validate(s) for s in (_json(job["client_timing"]) or [])]),
                     entry.get("merged_chunk_share"),
                     engine_late_share(deltas),
                     itl_p99_ms=(entry.get("itl_ms") or {}).get("p99"),
