@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from array import array
@@ -63,8 +64,8 @@ class DriveConfig:
     drain_timeout_s: float = 120.0  # wall-clock
     time_scale: float = 1.0  # engine seconds per wall-clock second
     # connections opened before the load starts, spread over the endpoints: None takes the concurrency the plan
-    # states (this shard's closed-loop users, else max_concurrency); 0 opens none. Requests that find none idle
-    # open their own, and their records say how long that took
+    # states (this shard's closed-loop users, else max_concurrency, else 50 ms of a request rate's arrivals, at
+    # most 256); 0 opens none. Requests that find none idle open their own, and their records say how long it took
     preconnect: int | None = None
     # the monotonic time the load starts at, shared by workers that split one schedule (processes of one machine
     # read the same CLOCK_MONOTONIC, so their records' times line up); None: as soon as the connections are open
@@ -126,6 +127,19 @@ def to_record(
         shard=shard,
         connect_s=result.connect_s * time_scale if result.connect_s is not None else None,
     )
+
+
+_TIMER_SLACK_S = 0.001  # an event loop's timers fire up to a millisecond late (uvloop's resolution is 1 ms)
+
+
+async def _until(when: float) -> None:
+    """Wait until monotonic ``when`` to well under a millisecond: a timer for all but the last stretch, then yields
+    to the loop (other streams' reads go on) until the moment; at most that stretch of spinning per send."""
+    delay = when - time.monotonic()
+    if delay > _TIMER_SLACK_S:
+        await asyncio.sleep(delay - _TIMER_SLACK_S)
+    while time.monotonic() < when:  # noqa: ASYNC110 (nothing to wait on but the clock, for under a millisecond)
+        await asyncio.sleep(0)
 
 
 class Driver:
@@ -192,8 +206,15 @@ class Driver:
     async def _preconnect(self) -> None:
         cfg = self.config
         wanted = cfg.preconnect
-        if wanted is None:
-            wanted = len(self.source.users) if cfg.mode == "closed_loop" else (cfg.max_concurrency or 0)
+        if wanted is None and cfg.mode == "closed_loop":
+            wanted = len(self.source.users)
+        elif wanted is None and cfg.mode == "request_rate":
+            # a Poisson burst or a pause of the loop puts several arrivals in flight at once: each would open its
+            # own connection at the worst moment (thousands a second make this the client's main cost)
+            per_wall_s = cfg.load_level / cfg.shards * cfg.time_scale
+            wanted = cfg.max_concurrency or min(256, math.ceil(per_wall_s * 0.05))
+        elif wanted is None:
+            wanted = cfg.max_concurrency or 0
         plain = [e for e in self.router.endpoints if e.base_url.startswith("http://")]
         if wanted <= 0 or not plain:
             return
@@ -357,9 +378,7 @@ class Driver:
             next_t += gap
             if next_t >= self._deadline:
                 break
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await _until(next_t)
             self.result.send_lateness_s.append(max(0.0, time.monotonic() - next_t))
             session: Session | None = ready.popleft() if ready else None
             if session is None and not exhausted:
@@ -408,9 +427,7 @@ class Driver:
                 upcoming.next_turn()
                 ahead.append(upcoming)
                 await asyncio.sleep(0)  # let the requests already sent read their streams in between
-            delay = at - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await _until(at)
             session = ahead.popleft()
             late = max(0.0, time.monotonic() - at)
             lags.append(late * self.config.time_scale)

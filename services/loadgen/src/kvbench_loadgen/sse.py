@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import struct
 import time
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 __all__ = ["HttpError", "SseResponse", "post_stream", "preconnect"]
@@ -50,6 +51,7 @@ class SseResponse:
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
 _READ_SIZE = 256 * 1024
+_ADDRESSES: dict[tuple[str, int], list[tuple[Any, ...]]] = {}  # getaddrinfo's answer per (host, port)
 _ANCILLARY_SIZE = socket.CMSG_SPACE(16)
 
 
@@ -82,9 +84,14 @@ class _Connection:
     @classmethod
     async def open(cls, host: str, port: int) -> _Connection:
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        if not infos:
-            raise HttpError(f"{host}: no address")
+        infos = _ADDRESSES.get((host, port))
+        if infos is None:
+            # resolved once per host (a lookup runs in a thread: a burst of new connections at thousands of requests
+            # a second would queue behind it); a failed connect forgets it, so a moved host is looked up again
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            if not infos:
+                raise HttpError(f"{host}: no address")
+            _ADDRESSES[(host, port)] = infos
         family, kind, proto, _, address = infos[0]
         sock = socket.socket(family, kind, proto)
         try:
@@ -95,6 +102,7 @@ class _Connection:
             await loop.sock_connect(sock, address)
         except BaseException:
             sock.close()
+            _ADDRESSES.pop((host, port), None)
             raise
         return cls(sock)
 
@@ -185,22 +193,30 @@ class _Connection:
         self._headers_done = True
 
     def _dechunk(self, now: float) -> None:
+        # every complete chunk of one read shares its arrival stamp: their payloads go to _body together (a
+        # streamed token is one chunk, so per-chunk calls would be the client's main cost at thousands a second)
+        raw, position, payloads = self._raw, 0, []
+        finished = False
         while True:
-            line_end = self._raw.find(b"\r\n")
+            line_end = raw.find(b"\r\n", position)
             if line_end < 0:
-                return
-            size = int(self._raw[:line_end].split(b";", 1)[0] or b"0", 16)
+                break
+            size = int(raw[position:line_end].split(b";", 1)[0] or b"0", 16)
             if size == 0:
-                if self._raw.find(b"\r\n", line_end + 2) < 0:
-                    return  # wait for the end of the (empty) trailer
-                self._raw = b""
-                self._finish()
-                return
+                if raw.find(b"\r\n", line_end + 2) < 0:
+                    break  # wait for the end of the (empty) trailer
+                position, finished = len(raw), True
+                break
             start = line_end + 2
-            if len(self._raw) < start + size + 2:
-                return
-            self._body(self._raw[start : start + size], now)
-            self._raw = self._raw[start + size + 2 :]
+            if len(raw) < start + size + 2:
+                break
+            payloads.append(raw[start : start + size])
+            position = start + size + 2
+        self._raw = raw[position:]
+        if payloads:
+            self._body(payloads[0] if len(payloads) == 1 else b"".join(payloads), now)
+        if finished:
+            self._finish()
 
     def _body(self, data: bytes, now: float) -> None:
         if self.response.status != 200:
@@ -223,11 +239,18 @@ _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, defaultdict[tuple[s
 )
 
 
-def _pool(url: str) -> tuple[str, int, list[_Connection]]:
+@functools.lru_cache(maxsize=256)
+def _target(url: str) -> tuple[str, int, str]:
+    """(host, port, path with query) of a plain-http URL; parsed once per URL (a job sends to a few)."""
     parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
     if parts.scheme != "http":
         raise HttpError(f"{parts.scheme}: only plain http is streamed by this client")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.hostname or "127.0.0.1", parts.port or 80, path
+
+
+def _pool(url: str) -> tuple[str, int, list[_Connection]]:
+    host, port, _ = _target(url)
     return host, port, _POOLS.setdefault(asyncio.get_running_loop(), defaultdict(list))[(host, port)]
 
 
@@ -252,14 +275,13 @@ async def preconnect(url: str, count: int, timeout_s: float = 10.0, parallel: in
 
 async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> SseResponse:
     """POST ``body`` and collect the streamed events; raises ``HttpError`` or ``TimeoutError``."""
-    parts = urlsplit(url)
     host, port, pool = _pool(url)
     connection = None
     while pool and connection is None:
         candidate = pool.pop()
         if not candidate.closed:
             connection = candidate
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    path = _target(url)[2]
     head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: {len(body)}\r\n"
     head += "Accept: text/event-stream\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
