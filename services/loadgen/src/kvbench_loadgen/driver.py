@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import random
@@ -171,6 +172,10 @@ class Driver:
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
             self._http = http
             await self._preconnect()
+            # what exists now (modules, sessions, prompts) lives for the whole load: out of the collector's sight, a
+            # full collection during the load scans only what the load made (tens of ms less of a pause)
+            gc.collect()
+            gc.freeze()
             if cfg.start_at is not None:
                 await asyncio.sleep(max(0.0, cfg.start_at - time.monotonic()))
             self.load_t0 = cfg.start_at if cfg.start_at is not None else time.monotonic()
@@ -198,6 +203,7 @@ class Driver:
             if main.done():
                 with contextlib.suppress(asyncio.CancelledError):
                     await main
+            gc.unfreeze()
         self.result.load_end_s = cfg.duration_s if bounded else self.result.load_end_s
         if self._measured_span and self.source.measure_phases:
             self.result.warmup_s, self.result.load_end_s = self._measured_span[0], self._measured_span[1]
