@@ -83,3 +83,46 @@ async def test_an_agent_that_restarted_and_lost_its_stack_fails_the_run_within_a
             assert "gpu-a" in restarted.value.problem.message
     finally:
         server.stop()
+
+
+async def test_a_load_generator_that_restarted_or_vanished_is_noticed_and_a_finished_shard_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvbench_contracts.node import LoadgenHeartbeat  # noqa: PLC0415
+
+    monkeypatch.setattr(conducting, "LOADGEN_END_GRACE_S", 1.0)
+    server = EmbeddedNats(tmp_path / "nats").start()
+
+    def beat(name: str, *shards: str) -> bytes:
+        return LoadgenHeartbeat(loadgen_id=name, at=time.time(), shards=list(shards)).model_dump_json().encode()
+
+    try:
+        async with Bus.connect(server.url, name="loadgen-watch-test") as bus:
+            kv = await bus.kv("kvbench_loadgens")
+            loop = asyncio.get_running_loop()
+            await kv.put("lg-a", beat("lg-a", "J#0"))
+            await kv.put("lg-b", beat("lg-b", "J#1"))
+            ends: list[asyncio.Future[object]] = [loop.create_future(), loop.create_future()]
+            watcher = asyncio.create_task(Conductor._watch_shards(SimpleNamespace(bus=bus), "J", ends))  # type: ignore[arg-type]
+            await asyncio.sleep(2.5)
+            # shard 0 ends the way a finished job does: its end arrives, then the shard leaves the heartbeat
+            ends[0].set_result("finished")
+            await kv.put("lg-a", beat("lg-a"))
+            await asyncio.sleep(2.5)
+            assert not watcher.done(), watcher.result() if watcher.done() else None
+            # shard 1's load generator comes back without it: the process restarted
+            await kv.put("lg-b", beat("lg-b"))
+            index, reason = await asyncio.wait_for(watcher, timeout=10)
+            assert index == 1
+            assert "load generator lg-b, running shard 2 of 2" in reason
+            assert "restarted" in reason
+            # and one whose heartbeat is gone
+            ends = [loop.create_future()]
+            await kv.put("lg-c", beat("lg-c", "K#0"))
+            watcher = asyncio.create_task(Conductor._watch_shards(SimpleNamespace(bus=bus), "K", ends))  # type: ignore[arg-type]
+            await asyncio.sleep(2.5)
+            await kv.delete("lg-c")
+            index, reason = await asyncio.wait_for(watcher, timeout=10)
+            assert (index, "stopped (its heartbeat expired)" in reason) == (0, True)
+    finally:
+        server.stop()

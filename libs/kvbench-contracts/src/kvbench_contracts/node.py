@@ -1,4 +1,5 @@
-"""What a node agent keeps in the ``kvbench_nodes`` KV bucket: its heartbeat (the planner reads it)."""
+"""What a node agent keeps in the ``kvbench_nodes`` KV bucket, and a load generator in ``kvbench_loadgens``: their
+heartbeats (the planner reads them)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.events import NodeInventory
 
-__all__ = ["Heartbeat"]
+__all__ = ["Heartbeat", "LoadgenHeartbeat", "shard_key"]
 
 
 class Heartbeat(BaseModel):
@@ -17,3 +18,19 @@ class Heartbeat(BaseModel):
     inventory: NodeInventory
     at: float = Field(description="Wall-clock time it was written, Unix seconds (compared across machines)")
     deployments: list[str] = Field(default_factory=list, description="Deployments the agent runs now")
+
+
+def shard_key(job_id: str, shard_index: int) -> str:
+    """One shard of one job, as a load generator's heartbeat lists it."""
+    return f"{job_id}#{shard_index}"
+
+
+class LoadgenHeartbeat(BaseModel):
+    """Rewritten every few seconds under the load generator's id; the bucket's TTL removes it when the process
+    stops. A shard the planner saw listed and no longer sees (before its end arrived) was lost with its process."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    loadgen_id: str
+    at: float = Field(description="Wall-clock time it was written, Unix seconds")
+    shards: list[str] = Field(default_factory=list, description="Job shards it runs now (shard_key)")

@@ -58,6 +58,11 @@ STREAMS: tuple[StreamSpec, ...] = (
 
 BUCKETS: tuple[KvBucket, ...] = (
     KvBucket("kvbench_nodes", ttl_s=15.0, description="Node heartbeats; a missing key means the node is lost"),
+    KvBucket(
+        "kvbench_loadgens",
+        ttl_s=15.0,
+        description="Load generator heartbeats (the jobs each runs); a missing key means the load generator is lost",
+    ),
     KvBucket("kvbench_runs", ttl_s=None, description="Run state, so a restarted planner resumes"),
     KvBucket("kvbench_inventory", ttl_s=None, description="Last inventory each machine registered"),
     KvBucket("kvbench_groups", ttl_s=None, description="Cluster groups: name -> machines"),

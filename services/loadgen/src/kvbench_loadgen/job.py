@@ -9,6 +9,7 @@ import math
 
 from kvbench_contracts.commands import RunLoad
 from kvbench_contracts.events import JobFailed, JobFinished, JobProgressed, JobStarted
+from kvbench_contracts.node import shard_key
 from kvbench_core.bus import Bus
 from kvbench_loadgen.capacity import pool_kv_capacity_tokens
 from kvbench_loadgen.driver import DriveConfig, Driver, to_record
@@ -32,7 +33,7 @@ class JobRunner:
         self._run_of: dict[str, str] = {}
 
     def launch(self, command: RunLoad) -> None:
-        key = f"{command.job_id}#{command.shard_index}"
+        key = shard_key(command.job_id, command.shard_index)
         if key in self.active:
             return  # redelivered while running
         self.active[key] = asyncio.create_task(self._run(command), name=f"job:{key}")
@@ -47,7 +48,7 @@ class JobRunner:
 
     async def _run(self, cmd: RunLoad) -> None:
         ids = {"run_id": cmd.run_id, "job_id": cmd.job_id, "shard_index": cmd.shard_index}
-        key = f"{cmd.job_id}#{cmd.shard_index}"
+        key = shard_key(cmd.job_id, cmd.shard_index)
         try:
             await self._drive(cmd, self._settings.shard_id)
         except (UnsupportedShapeError, DatasetNotFoundError, FileNotFoundError, ValueError) as exc:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from contextlib import AsyncExitStack
 
 from prometheus_client import Gauge
@@ -9,6 +11,7 @@ from prometheus_client import Gauge
 from kvbench_contracts.commands import RunLoad
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import RunCancelled, RunFinished
+from kvbench_contracts.node import LoadgenHeartbeat
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -73,11 +76,27 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
             filter_subject=RunFinished.subject_filter(),
             deliver_new=True,
         )
+        beating = asyncio.create_task(_heartbeats(bus, settings, runner, stop))
         await stop.wait()
+        await beating
         for task in list(runner.active.values()):
             task.cancel()
         if runner.active:
             await asyncio.gather(*runner.active.values(), return_exceptions=True)
+
+
+async def _heartbeats(bus: Bus, settings: LoadgenSettings, runner: JobRunner, stop: asyncio.Event) -> None:
+    """The shards this load generator runs, every few seconds: the planner notices a lost one within the key's TTL
+    (and a restarted one at its first heartbeat) instead of at the job's timeout. A bus that fails is waited out."""
+    while not stop.is_set():
+        try:
+            kv = await bus.kv("kvbench_loadgens")
+            beat = LoadgenHeartbeat(loadgen_id=settings.shard_id, at=time.time(), shards=sorted(runner.active))
+            await kv.put(settings.shard_id, beat.model_dump_json().encode())
+        except Exception as exc:
+            log.warning("heartbeat failed", extra={"loadgen_id": settings.shard_id, "error": str(exc)[:200]})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=settings.heartbeat_s)
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from kvbench_contracts.events import (
     StackReady,
     StackStopped,
 )
-from kvbench_contracts.node import Heartbeat
+from kvbench_contracts.node import Heartbeat, LoadgenHeartbeat, shard_key
 from kvbench_contracts.plan import Plan, SimCluster, Workload
 from kvbench_contracts.problem import KvbenchError, Problem
 from kvbench_core.bus import Bus
@@ -54,6 +54,7 @@ CONTROL_EVENTS: tuple[type[Envelope], ...] = (
     JobProgressed,
 )
 
+LOADGEN_END_GRACE_S = 5.0  # a shard gone from its load generator's heartbeat: how long its end may still take
 HEARTBEAT_GRACE_S = 10.0  # after the bus comes back: about three of an agent's heartbeats (KV TTL 15 s)
 
 NODE_RESTARTED = Problem(
@@ -418,6 +419,56 @@ class Conductor:
         for dep, _ in waits:
             self._waiters.pop(f"stopped:{dep}", None)
 
+    async def _watch_shards(self, job_id: str, ends: list[asyncio.Future[Envelope]]) -> tuple[int, str]:
+        """Returns (the shard's index and the reason) once a load generator running one of the job's shards is lost:
+        its heartbeat key expired, or it came back without the shard (the process restarted). Never returns while
+        every shard's runner is alive; a bus that does not answer is waited out, with a heartbeat's grace after."""
+        owner: dict[int, str] = {}
+        bus_back_at, failing = 0.0, False
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                kv = await self.bus.kv("kvbench_loadgens")
+                try:
+                    names = await kv.keys()
+                except nats.js.errors.NoKeysError:
+                    names = []
+                beats: dict[str, LoadgenHeartbeat] = {}
+                for name in names:
+                    with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+                        entry = await kv.get(name)
+                        if entry.value:
+                            beats[name] = LoadgenHeartbeat.model_validate_json(entry.value)
+            except Exception as exc:  # the bus, not a load generator
+                if not failing:
+                    log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
+                failing = True
+                continue
+            if failing:
+                failing, bus_back_at = False, time.monotonic()
+            if time.monotonic() - bus_back_at < HEARTBEAT_GRACE_S:
+                continue
+            for index, end in enumerate(ends):
+                key = shard_key(job_id, index)
+                for name, beat in beats.items():
+                    if key in beat.shards and owner.get(index) != name:
+                        owner[index] = name
+                        log.info("job shard taken", extra={"job_id": job_id, "shard_index": index, "loadgen_id": name})
+                runner = owner.get(index)
+                if end.done() or runner is None or (runner in beats and key in beats[runner].shards):
+                    continue
+                # the end is published before the shard leaves the list: give it a moment to arrive
+                await asyncio.wait([end], timeout=LOADGEN_END_GRACE_S)
+                if end.done():
+                    continue
+                restarted = runner in beats
+                how = "came back without it (the process restarted)" if restarted else "stopped (its heartbeat expired)"
+                return index, (
+                    f"load generator {runner}, running shard {index + 1} of {len(ends)} of this job, {how} before the "
+                    "job ended; the records it published are kept, the rest of its share was never sent. Keep the "
+                    "load generators running for the whole run (kvbench status lists them) and run the plan again"
+                )
+
     async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event, running: dict[str, str]) -> None:
         """Only an expired heartbeat means a lost node. The bus itself failing (a NATS server down or restarting,
         a timeout) is not a node's fault: the watcher waits for it to come back, and after it does gives the agents
@@ -546,15 +597,31 @@ class Conductor:
             extra={"run_id": state.run_id, "job_id": job.job_id, "workload": workload.name, "shards": shards},
         )
         every_shard: asyncio.Future[list[Envelope]] = asyncio.ensure_future(asyncio.gather(*futures))
-        waitables: list[asyncio.Future[Any]] = [every_shard, watcher]
+        shards_lost = asyncio.ensure_future(self._watch_shards(job.job_id, futures))
+        waitables: list[asyncio.Future[Any]] = [every_shard, watcher, shards_lost]
+        sent_at = time.monotonic()
         done, _ = await asyncio.wait(waitables, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if shards_lost in done and every_shard not in done and watcher not in done:
+            # the other shards still drive the engines: let them end before the next job starts on the same stack
+            lost_index, _ = shards_lost.result()
+            others = [f for index, f in enumerate(futures) if index != lost_index and not f.done()]
+            left = max(0.0, timeout_s - (time.monotonic() - sent_at))
+            if others:
+                rest: list[asyncio.Future[Any]] = [asyncio.ensure_future(asyncio.gather(*others)), watcher]
+                await asyncio.wait(rest, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        shards_lost.cancel()
         for key in keys:
             self._waiters.pop(key, None)
-        if watcher in done:
+        if watcher.done() and not every_shard.done():
             every_shard.cancel()
             job.status, job.reason = "failed", NODE_UNRESPONSIVE.message
             watcher.result()  # raises RunFailedError(node_unresponsive)
-        if every_shard not in done:
+        if shards_lost.done() and not shards_lost.cancelled() and not every_shard.done():
+            every_shard.cancel()
+            job.status, job.reason = "failed", shards_lost.result()[1]
+            log.warning("a load generator was lost mid-job",
+                        extra={"run_id": state.run_id, "job_id": job.job_id, "reason": job.reason})  # fmt: skip
+        elif every_shard not in done and not every_shard.done():
             finished = sum(1 for f in futures if f.done() and not f.cancelled())  # before the cancel marks all done
             every_shard.cancel()
             job.status, job.reason = (

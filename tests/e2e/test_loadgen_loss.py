@@ -1,0 +1,40 @@
+"""Killing a load generator mid-job: the planner notices within its heartbeat's TTL (not at the job's timeout),
+fails the job with the load generator's name and what to do, and the run goes on to its end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+HEARTBEAT_TTL_S = 15.0  # kvbench_loadgens
+
+
+def test_killed_load_generator_fails_its_job_within_the_ttl(short_plan: Any, local_kvbench: Any) -> None:
+    _, state = local_kvbench
+    plan = short_plan("loadgen-loss", duration_s=120, users=2, gpu_only=True)
+    run_id = httpx.post(
+        f"{state.api_url}/v1/runs", content=plan.encode(), headers={"Content-Type": "application/yaml"}, timeout=30
+    ).json()["run_id"]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"][0]["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    time.sleep(4)  # a heartbeat has listed the shard
+    loadgen = next(s for s in state.services if s.name == "loadgen")
+    os.kill(loadgen.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    while (job := httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"][0])["status"] == "running":
+        # 120 s of load: the job's own timeout is minutes away
+        assert time.monotonic() - killed_at < HEARTBEAT_TTL_S + 15, job
+        time.sleep(0.5)
+    assert job["status"] == "failed"
+    assert "load generator loadgen" in job["reason"]
+    assert "stopped (its heartbeat expired)" in job["reason"]
+    assert "run the plan again" in job["reason"]
