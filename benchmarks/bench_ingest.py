@@ -1,10 +1,12 @@
 """Reporter ingestion: request records from JetStream into PostgreSQL (goal: at least 100,000 records/s).
 
 Method: embedded NATS and PostgreSQL on this machine; N records (32-token outputs, so 32 chunk times each) are
-published first in packed batches of 500 (as the load generator sends them); then the reporter's records consumer
-(durable pull, two batches in flight, raw bodies decoded with orjson into COPY rows) is started and timed until
-every row is in PostgreSQL. Several rounds (fresh data each), median reported: this shared machine is noisy.
-Baseline in the same run: COPY alone of the same rows from memory (no bus, no decoding).
+published first in binary packed batches of 500 (RecordsBinary, as the load generator sends them); then the
+reporter's records consumer (durable pull, two batches in flight, a JSON head parsed with orjson and the chunk
+arrays sliced into COPY rows) is started and timed until every row is in PostgreSQL. Several rounds (fresh data
+each), median reported: this shared machine is noisy. Baselines in the same run: COPY alone of the same rows from
+memory (no bus, no decoding), and decoding alone per record, the binary form against the base64 one
+(RecordsPacked, what the load generator sent before). Goal of issue 18: 250,000 records/s.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from typing import Any
 import asyncpg
 
 from kvbench_contracts.envelope import new_id
-from kvbench_contracts.events import RecordsPacked
+from kvbench_contracts.events import RecordsBinary, RecordsPacked
 from kvbench_contracts.records import RECORD_COLUMNS, RequestRecord
 from kvbench_core.bus import Bus
 from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
-from kvbench_reporter.ingest import Ingestor
+from kvbench_reporter.ingest import Ingestor, decode_batch
 from kvbench_reporter.store import Store, record_rows
 
 N = int(os.environ.get("KVBENCH_BENCH_RECORDS", "200000"))
@@ -99,7 +101,7 @@ async def one_round(bus: Bus, store: Store, nats_url: str, dsn: str, records: li
     await store.pool.execute("TRUNCATE request_records")
     pending = []
     for start in range(0, N, BATCH):
-        msg = RecordsPacked.from_records("R", "J1", "s", records[start : start + BATCH])
+        msg = RecordsBinary.from_records("R", "J1", "s", records[start : start + BATCH])
         pending.append(bus.js.publish(msg.subject(), msg.to_bytes(), headers={"Nats-Msg-Id": msg.event_id}))
         if len(pending) >= 64:
             await asyncio.gather(*pending)
@@ -147,6 +149,16 @@ async def main() -> None:
             f"{statistics.median(ingest_rates):,.0f} records/s (goal 100,000); rounds: "
             + ", ".join(f"{r:,.0f}" for r in ingest_rates)
         )
+        sample = make_records("J1", 20_000)
+        for form in (RecordsPacked, RecordsBinary):
+            bodies = [
+                form.from_records("R", "J1", "s", sample[i : i + BATCH]).to_bytes() for i in range(0, 20_000, BATCH)
+            ]
+            t0 = time.perf_counter()
+            for body in bodies:
+                decode_batch(body)
+            per_record_us = (time.perf_counter() - t0) / 20_000 * 1e6
+            print(f"decoding alone, {form.__name__} ({form.SCHEMA}): {per_record_us:.2f} us a record")
         print(
             f"baseline, COPY alone from memory: median {statistics.median(copy_rates):,.0f} records/s; rounds: "
             + ", ".join(f"{r:,.0f}" for r in copy_rates)

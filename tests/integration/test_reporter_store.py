@@ -145,7 +145,7 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
     import asyncio  # noqa: PLC0415
     import uuid  # noqa: PLC0415
 
-    from kvbench_contracts.events import RecordsBatch, RecordsPacked  # noqa: PLC0415
+    from kvbench_contracts.events import RecordsBatch, RecordsBinary, RecordsPacked  # noqa: PLC0415
     from kvbench_core.bus import Bus  # noqa: PLC0415
     from kvbench_core.metrics import new_registry  # noqa: PLC0415
 
@@ -165,16 +165,23 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
             await bus.js.publish(f"kvbench.records.{run_id}.J9", b'{"schema": "kvbench.records.batch/1"}')
             await bus.js.publish(f"kvbench.records.{run_id}.J9", b"not json at all")
             again = RecordsPacked.from_records(run_id, "J9", "s", _records("J9", 30)[:10])
-            await bus.publish(again)  # the load generator's packed form, re-sending rows already stored
+            await bus.publish(again)  # the older packed form, re-sending rows already stored
+            binary = RecordsBinary.from_records(run_id, "J9", "s", _records("J9", 40)[25:])
+            await bus.publish(binary)  # the load generator's binary form: 5 rows already stored, 10 new
+            await bus.js.publish(f"kvbench.records.{run_id}.J9", binary.to_bytes()[:-8])  # truncated: poison
             bus.subscribe_raw(ingestor.records_raw, durable=durable, stream="KVBENCH_RECORDS", batch=10)
             for _ in range(100):
                 poison = registry.get_sample_value("kvbench_test_bus_poison_messages_total", {"durable": durable})
-                if poison == 2.0:
+                if poison == 3.0:
                     break
                 await asyncio.sleep(0.1)
-            assert poison == 2.0
+            assert poison == 3.0
+            for _ in range(50):  # the binary batch may land after the poison is counted
+                if await store.pool.fetchval("SELECT count(*) FROM request_records WHERE run_id = $1", run_id) == 40:
+                    break
+                await asyncio.sleep(0.1)
         rows = await store.pool.fetch("SELECT * FROM request_records WHERE run_id = $1", run_id)
-        assert len(rows) == 30
+        assert len(rows) == 40
         stored = await store.records(run_id, "J9")
         assert stored[0].chunk_times_s == [0.1, 0.3, 0.5]  # packed arrays read back exactly
     finally:

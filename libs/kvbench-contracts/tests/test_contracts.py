@@ -133,7 +133,7 @@ def test_request_record_keeps_the_public_field_names() -> None:
 
 
 def test_packed_records_round_trip_exactly() -> None:
-    from kvbench_contracts.events import RecordsPacked  # noqa: PLC0415
+    from kvbench_contracts.events import RecordsBinary, RecordsPacked  # noqa: PLC0415
 
     records = [
         RequestRecord(
@@ -160,6 +160,14 @@ def test_packed_records_round_trip_exactly() -> None:
     assert packed.subject() == "kvbench.records.R.J"
     again = RecordsPacked.model_validate_json(packed.to_bytes())
     assert again.to_records() == records
+    # the binary form: a JSON head line, then the arrays as they are
+    binary = RecordsBinary.from_records("R", "J", "lg", records)
+    assert binary.subject() == packed.subject()
+    body = binary.to_bytes()
+    assert body.count(b"\n", 0, body.index(b"\n") + 1) == 1
+    assert RecordsBinary.from_bytes(body).to_records() == records
+    with pytest.raises(ValueError, match="do not match"):
+        RecordsBinary.from_bytes(body[:-4])  # a truncated body is refused, not read short
 
 
 @pytest.mark.parametrize("name", ["leaf1.", "leaf1..b", ".leaf1", "a" * 64])

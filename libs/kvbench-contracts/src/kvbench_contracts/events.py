@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +32,7 @@ __all__ = [
     "NodeInventory",
     "NodeRegistered",
     "RecordsBatch",
+    "RecordsBinary",
     "RecordsPacked",
     "RunCancelled",
     "RunFinished",
@@ -39,6 +41,7 @@ __all__ = [
     "StackFailed",
     "StackReady",
     "StackStopped",
+    "split_binary_records",
 ]
 
 RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
@@ -235,13 +238,9 @@ def _unpack(kind: ChunkKind, text: str) -> list[Any]:
     return unpack_chunks(kind, base64.b64decode(text))
 
 
-class RecordsPacked(Envelope):
-    """Per-request records as columns, on the same subject as RecordsBatch: scalars as lists, chunk arrays packed
-    (base64 of little-endian float64 times and int32 tokens, with int64 offsets per request). A consumer stores
-    500 records without parsing 500 JSON objects; the load generator sends this form."""
+class _RecordColumns(Envelope):
+    """The per-request columns both packed forms carry (no schema of its own: never sent as itself)."""
 
-    SCHEMA: ClassVar[str] = "kvbench.records.packed/1"
-    SUBJECT: ClassVar[str] = "kvbench.records.{run_id}.{job_id}"
     run_id: str
     job_id: str
     shard: str
@@ -259,12 +258,10 @@ class RecordsPacked(Envelope):
     error: list[str | None]
     # empty from a producer older than the field: every request's connect time unknown
     connect_s: list[float | None] = Field(default_factory=list, description="per request; null: connection reused")
-    chunk_offsets: str = Field(description="base64, int64 little-endian, len(request_id) + 1 values")
-    chunk_times: str = Field(description="base64, float64 little-endian, seconds after each request's start")
-    chunk_tokens: str = Field(description="base64, int32 little-endian, aligned with chunk_times")
 
-    @classmethod
-    def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsPacked:
+    @staticmethod
+    def _columns(records: list[RequestRecord]) -> tuple[dict[str, Any], list[int], list[float], list[int]]:
+        """The scalar columns, and the chunk arrays flattened with each request's offsets."""
         offsets = [0]
         times: list[float] = []
         tokens: list[int] = []
@@ -272,32 +269,10 @@ class RecordsPacked(Envelope):
             times.extend(r.chunk_times_s)
             tokens.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times_s) else [1] * len(r.chunk_times_s))
             offsets.append(len(times))
-        return cls(
-            run_id=run_id,
-            job_id=job_id,
-            shard=shard,
-            request_id=[r.request_id for r in records],
-            workload=[r.workload for r in records],
-            session_id=[r.session_id for r in records],
-            turn=[r.turn for r in records],
-            start_s=[r.start_s for r in records],
-            ttft_s=[r.ttft_s for r in records],
-            e2e_s=[r.e2e_s for r in records],
-            prompt_tokens=[r.prompt_tokens for r in records],
-            output_tokens=[r.output_tokens for r in records],
-            cached_tokens=[r.cached_tokens for r in records],
-            ok=[r.ok for r in records],
-            error=[r.error for r in records],
-            connect_s=[r.connect_s for r in records],
-            chunk_offsets=_pack(OFFSETS_TYPECODE, offsets),
-            chunk_times=_pack(TIMES_TYPECODE, times),
-            chunk_tokens=_pack(COUNTS_TYPECODE, tokens),
-        )
+        columns = {name: [getattr(r, name) for r in records] for name in _SCALAR_COLUMNS}
+        return columns, offsets, times, tokens
 
-    def to_records(self) -> list[RequestRecord]:
-        offsets = _unpack(OFFSETS_TYPECODE, self.chunk_offsets)
-        times = _unpack(TIMES_TYPECODE, self.chunk_times)
-        tokens = _unpack(COUNTS_TYPECODE, self.chunk_tokens)
+    def _records(self, offsets: list[int], times: list[float], tokens: list[int]) -> list[RequestRecord]:
         connect = self.connect_s or [None] * len(self.request_id)
         return [
             RequestRecord(
@@ -321,6 +296,105 @@ class RecordsPacked(Envelope):
             )
             for i in range(len(self.request_id))
         ]
+
+
+_SCALAR_COLUMNS = tuple(c for c in _RecordColumns.model_fields if c not in ("run_id", "job_id", "shard")
+                        and c not in Envelope.model_fields)  # fmt: skip
+
+
+class RecordsPacked(_RecordColumns):
+    """Per-request records as columns, on the same subject as RecordsBatch: scalars as lists, chunk arrays packed
+    (base64 of little-endian float64 times and int32 tokens, with int64 offsets per request). A consumer stores
+    500 records without parsing 500 JSON objects. The load generator sent this form until RecordsBinary; the
+    reporter still reads it."""
+
+    SCHEMA: ClassVar[str] = "kvbench.records.packed/1"
+    SUBJECT: ClassVar[str] = "kvbench.records.{run_id}.{job_id}"
+    chunk_offsets: str = Field(description="base64, int64 little-endian, len(request_id) + 1 values")
+    chunk_times: str = Field(description="base64, float64 little-endian, seconds after each request's start")
+    chunk_tokens: str = Field(description="base64, int32 little-endian, aligned with chunk_times")
+
+    @classmethod
+    def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsPacked:
+        columns, offsets, times, tokens = cls._columns(records)
+        return cls(
+            run_id=run_id,
+            job_id=job_id,
+            shard=shard,
+            **columns,
+            chunk_offsets=_pack(OFFSETS_TYPECODE, offsets),
+            chunk_times=_pack(TIMES_TYPECODE, times),
+            chunk_tokens=_pack(COUNTS_TYPECODE, tokens),
+        )
+
+    def to_records(self) -> list[RequestRecord]:
+        return self._records(
+            _unpack(OFFSETS_TYPECODE, self.chunk_offsets),
+            _unpack(TIMES_TYPECODE, self.chunk_times),
+            _unpack(COUNTS_TYPECODE, self.chunk_tokens),
+        )
+
+
+class RecordsBinary(_RecordColumns):
+    """RecordsPacked's columns with the chunk arrays as raw bytes (what the load generator sends): the body is this
+    model's JSON on one line (no array in it), a newline, then the arrays back to back (int64 offsets, float64
+    times, int32 tokens, little-endian) of the byte lengths its ``binary`` field gives. A consumer parses a few
+    kilobytes of JSON and slices the rest: no base64 on either side (decoding it cost more than the rest of
+    ingestion together)."""
+
+    SCHEMA: ClassVar[str] = "kvbench.records.packed/2"
+    SUBJECT: ClassVar[str] = "kvbench.records.{run_id}.{job_id}"
+    chunk_offsets: bytes = Field(default=b"", exclude=True, description="int64 LE, len(request_id) + 1 values")
+    chunk_times: bytes = Field(default=b"", exclude=True, description="float64 LE, seconds after each start")
+    chunk_tokens: bytes = Field(default=b"", exclude=True, description="int32 LE, aligned with chunk_times")
+
+    @classmethod
+    def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsBinary:
+        columns, offsets, times, tokens = cls._columns(records)
+        return cls(
+            run_id=run_id,
+            job_id=job_id,
+            shard=shard,
+            **columns,
+            chunk_offsets=pack_chunks(OFFSETS_TYPECODE, offsets),
+            chunk_times=pack_chunks(TIMES_TYPECODE, times),
+            chunk_tokens=pack_chunks(COUNTS_TYPECODE, tokens),
+        )
+
+    def to_bytes(self) -> bytes:
+        lengths = [len(self.chunk_offsets), len(self.chunk_times), len(self.chunk_tokens)]
+        head = self.model_dump_json(by_alias=True).encode()  # compact: no newline inside
+        return b"".join((head[:-1], b',"binary":', json.dumps(lengths).encode(), b"}\n", self.chunk_offsets,
+                         self.chunk_times, self.chunk_tokens))  # fmt: skip
+
+    @classmethod
+    def from_bytes(cls, body: bytes) -> RecordsBinary:
+        """The message from its body; raises ValueError when it is not one (the arrays do not match the head)."""
+        head, rest = split_binary_records(body)
+        a, b = head["binary"][0], head["binary"][0] + head["binary"][1]
+        arrays = {"chunk_offsets": rest[:a], "chunk_times": rest[a:b], "chunk_tokens": rest[b:]}
+        return cls.model_validate({**head, **arrays})
+
+    def to_records(self) -> list[RequestRecord]:
+        return self._records(
+            list(map(int, unpack_chunks(OFFSETS_TYPECODE, self.chunk_offsets))),
+            list(map(float, unpack_chunks(TIMES_TYPECODE, self.chunk_times))),
+            list(map(int, unpack_chunks(COUNTS_TYPECODE, self.chunk_tokens))),
+        )
+
+
+def split_binary_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str, Any], bytes]:
+    """A RecordsBinary body as (its JSON head, the arrays' bytes); ``loads``: a faster JSON parser where one is
+    at hand (the reporter's orjson). Raises ValueError when the arrays do not match the head's lengths."""
+    cut = body.find(b"\n")
+    if cut < 0:
+        raise ValueError("binary records: no head line")
+    head = loads(body[:cut])
+    sizes = head.get("binary") if isinstance(head, dict) else None
+    rest = body[cut + 1 :]
+    if not isinstance(sizes, list) or len(sizes) != 3 or sum(sizes) != len(rest):
+        raise ValueError("binary records: the arrays do not match the lengths in the head")
+    return head, rest
 
 
 class EngineSampled(Envelope):

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from kvbench_contracts.events import RecordsPacked
+from kvbench_contracts.events import RecordsBinary
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.bus import Bus
 
@@ -32,7 +32,7 @@ class RecordSink:
 
     def add(self, record: RequestRecord) -> None:
         self._buffer.append(record)
-        self._bytes += 200 + 16 * len(record.chunk_times_s)  # packed: 12 bytes a chunk, base64 adds a third
+        self._bytes += 200 + 12 * len(record.chunk_times_s)  # packed: 12 bytes a chunk
         if len(self._buffer) >= self._max_records or self._bytes >= _MAX_BATCH_BYTES:
             self._full.set()
 
@@ -50,7 +50,7 @@ class RecordSink:
         while self._buffer:
             batch, self._buffer, self._bytes = self._buffer, [], 0
             run_id, job_id, shard = self._ids
-            message = RecordsPacked.from_records(run_id, job_id, shard, batch)
+            message = RecordsBinary.from_records(run_id, job_id, shard, batch)
             for attempt in range(10):
                 try:
                     await self._bus.publish(message)  # same event id on retry: JetStream drops duplicates

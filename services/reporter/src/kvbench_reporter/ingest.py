@@ -18,10 +18,12 @@ from kvbench_contracts.events import (
     JobStarted,
     NodeRegistered,
     RecordsBatch,
+    RecordsBinary,
     RecordsPacked,
     RunFinished,
     RunStarted,
     RunSubmitted,
+    split_binary_records,
 )
 from kvbench_contracts.records import COUNTS_TYPECODE, OFFSETS_TYPECODE, PACKED_COLUMNS, TIMES_TYPECODE, chunk_size
 from kvbench_contracts.registry import messages_in
@@ -44,10 +46,21 @@ def _opt(value: object, kind: type) -> object:
 def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
     """A record batch body (packed or one JSON object per record) as COPY rows in RECORD_COLUMNS order;
     raises on anything that is not one."""
+    if b"\n" in body:  # a JSON head line, then the arrays: the binary form (compact JSON has no raw newline)
+        head, arrays = split_binary_records(body, orjson.loads)
+        if head.get("schema") != RecordsBinary.SCHEMA:
+            raise ValueError(f"not a records batch: {head.get('schema')!r}")
+        a, b = head["binary"][0], head["binary"][0] + head["binary"][1]
+        return _packed_rows(head, arrays[:a], arrays[a:b], arrays[b:])
     raw = orjson.loads(body)
     schema = raw.get("schema")
     if schema == RecordsPacked.SCHEMA:
-        return _decode_packed(raw)
+        return _packed_rows(
+            raw,
+            base64.b64decode(raw["chunk_offsets"]),
+            base64.b64decode(raw["chunk_times"]),
+            base64.b64decode(raw["chunk_tokens"]),
+        )
     if schema != RecordsBatch.SCHEMA:
         raise ValueError(f"not a records batch: {schema!r}")
     run_id = str(raw["run_id"])
@@ -80,12 +93,13 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
     return run_id, rows, datetime.fromisoformat(str(raw["occurred_at"]))
 
 
-def _decode_packed(raw: dict[str, Any]) -> tuple[str, list[tuple[object, ...]], datetime]:
+def _packed_rows(
+    raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: bytes
+) -> tuple[str, list[tuple[object, ...]], datetime]:
+    """COPY rows from a packed batch's columns (either form) and its chunk arrays' bytes."""
     run_id, job_id, shard = str(raw["run_id"]), str(raw["job_id"]), str(raw["shard"])
     count = len(raw["request_id"])
-    offsets = struct.unpack(f"<{count + 1}{OFFSETS_TYPECODE}", base64.b64decode(raw["chunk_offsets"]))
-    times = base64.b64decode(raw["chunk_times"])
-    tokens = base64.b64decode(raw["chunk_tokens"])
+    offsets = struct.unpack(f"<{count + 1}{OFFSETS_TYPECODE}", offsets_b)
     if len(times) != _TIME_BYTES * offsets[-1] or len(tokens) != _TOKEN_BYTES * offsets[-1]:
         raise ValueError("packed chunk arrays do not match their offsets")
     if not raw.get("connect_s"):  # a producer older than the field
