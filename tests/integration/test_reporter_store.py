@@ -535,3 +535,48 @@ async def test_connect_times_travel_packed_and_are_stored_apart_from_ttft(fresh_
         assert int((figures_of == 0.25).sum()) == 2
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("completed", [248.0, 0.0])
+async def test_lmcache_server_counters_split_the_connector_hits_and_a_tier_that_wrote_nothing_is_invalid(
+    fresh_database: str, completed: float
+) -> None:
+    """vLLM 0.25.1 behind LMCache counts its connector's hits unattributed; the LMCache server, scraped beside it,
+    says which tier served them (figures of the real H200 run after a restart: every hit from disk). A disk tier
+    that completed none of its writes (the real O_DIRECT failure) makes the job invalid, with the fix."""
+    from datetime import timedelta  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+    run_id = f"RL{int(completed)}"
+    try:
+        started = await _one_finished_job(store, run_id, f"JL{int(completed)}", "vllm-lmcache-mp")
+
+        def sample(engine: str, at: float, **values: float) -> EngineSampled:
+            when = started.occurred_at + timedelta(seconds=at)
+            return EngineSampled(node_id="n", run_id=run_id, engine_id=engine, job_id=started.job_id, values={},
+                                 normalized=values, occurred_at=when)  # fmt: skip
+
+        await store.insert_engine_samples([
+            sample("vllm", 1.0, prompt_tokens=0, prompt_tokens_external=0, prompt_tokens_recomputed=0),
+            sample("vllm", 29.0, prompt_tokens=128_016, prompt_tokens_external=126_976, prompt_tokens_recomputed=1_040),
+            sample("lmcache", 1.0, cache_server_hit_tokens_host=0, cache_server_hit_tokens_disk=0,
+                   kv_store_chunks_submitted=0, kv_store_chunks_completed=0),
+            sample("lmcache", 29.0, cache_server_hit_tokens_host=0, cache_server_hit_tokens_disk=126_976,
+                   kv_store_chunks_submitted=248, kv_store_chunks_completed=completed),
+        ])  # fmt: skip
+        report = await build_report(store, run_id)
+        assert report is not None
+        (workload,) = report["workloads"]
+        tokens = workload["prompt_token_sources"]["tokens"]
+        assert tokens["disk"] == pytest.approx(126_976)
+        assert tokens["external_unattributed"] == 0
+        assert tokens["host_tier"] == pytest.approx(0)
+        assert "as the LMCache server counted" in workload["prompt_token_sources"]["source"]
+        reasons = workload["validity"]["reasons"]
+        if completed:
+            assert not any("disk tier" in r for r in reasons)
+        else:
+            assert workload["validity"]["verdict"] == "invalid"
+            assert any("stored none of the 248 chunks" in r and "disk_tier_direct_io: false" in r for r in reasons)
+    finally:
+        await store.close()

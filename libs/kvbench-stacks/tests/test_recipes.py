@@ -123,3 +123,15 @@ def test_engines_split_gpus_by_tensor_parallel_size() -> None:
     procs = render(ctx)["gpu-a"]
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in procs] == ["0,1,2,3", "4,5,6,7"]
     assert [p.ports["http"] for p in procs] == [8100, 8101]
+
+
+@pytest.mark.parametrize("direct", [None, True, False])
+def test_the_lmcache_disk_tier_uses_o_direct_unless_the_plan_says_not(direct: bool | None) -> None:
+    """O_DIRECT keeps the disk tier's reads off the page cache; a plan turns it off where the filesystem refuses it
+    (LMCache 0.5.1 then fails every write silently: seen on the H200 machine)."""
+    ctx = context("vllm-lmcache-mp")
+    sizing = dict(ctx.sizing) | ({} if direct is None else {"disk_tier_direct_io": direct})
+    ctx = ctx.model_copy(update={"kv_tier": "nvme", "sizing": sizing})
+    server = next(p for procs in render(ctx).values() for p in procs if p.role == "lmcache")
+    adapters = [json.loads(server.argv[i + 1]) for i, a in enumerate(server.argv) if a == "--l2-adapter"]
+    assert adapters == [{"type": "fs", "base_path": "/nvme/kv", "use_odirect": direct is not False}]

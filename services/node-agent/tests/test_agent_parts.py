@@ -100,8 +100,24 @@ def test_sglang_trtllm_and_lmcache() -> None:
     assert s["kv_bytes_loaded_host"] == 2_949_120_000
     assert engine_kind(sample("trtllm.txt")) == "trtllm"
     assert normalize(sample("trtllm.txt"))["kv_bytes_stored_host"] == 2_000_000
-    lm = normalize(sample("lmcache_mp.txt"))
-    assert (lm["prompt_tokens_host"], lm["prompt_tokens_disk"]) == (1000, 52_000)
+
+
+def test_lmcache_0_5_1_real_counters_give_hits_by_tier_and_the_l2_writes() -> None:
+    """Real texts of LMCache 0.5.1's MP server (H200, 2026-12-01): a fresh start whose second round came from L1,
+    a restart whose prompts came from the disk tier, and a run whose every O_DIRECT disk write failed silently."""
+    fresh = normalize(sample("lmcache-0.5.1/lmc_metrics_run1.txt"))
+    assert engine_kind(sample("lmcache-0.5.1/lmc_metrics_run1.txt")) == "lmcache"
+    assert (fresh["cache_server_hit_tokens_host"], fresh["cache_server_hit_tokens_disk"]) == (63_488, 0)
+    assert (fresh["kv_store_chunks_submitted"], fresh["kv_store_chunks_completed"]) == (248, 248)
+    restarted = normalize(sample("lmcache-0.5.1/lmc_metrics_run2.txt"))
+    assert (restarted["cache_server_hit_tokens_host"], restarted["cache_server_hit_tokens_disk"]) == (0, 126_976)
+    broken = normalize(sample("lmcache-0.5.1/odirect_true_lmc_metrics_run1.txt"))
+    assert (broken["kv_store_chunks_submitted"], broken["kv_store_chunks_completed"]) == (248, 0)
+    # the server is not an engine: it adds no prompt token source of its own (the engines' hits are split by it)
+    assert not [k for k in (fresh | restarted | broken) if k.startswith("prompt_tokens")]
+    # and vLLM 0.25.1 beside it counts the same hits, as its connector's (unattributed: no per-source counter)
+    vllm = normalize(sample("lmcache-0.5.1/vllm_metrics_lmc2.txt"), external=None)
+    assert vllm["prompt_tokens_external"] == restarted["cache_server_hit_tokens_disk"]
 
 
 def test_preflight_names_the_machine_and_the_fix(tmp_path: Path) -> None:

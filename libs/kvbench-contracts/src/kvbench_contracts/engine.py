@@ -42,6 +42,14 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     "kv_bytes_stored_remote",
     "kv_bytes_transferred",
     "kv_transfers",
+    # chunks handed to an offload tier's writer (LMCache's L2) and those it finished writing: a tier that completes
+    # none of them stored nothing, however its hits look (LMCache fails its O_DIRECT writes silently)
+    "kv_store_chunks_submitted",
+    "kv_store_chunks_completed",
+    # a cache server's own view of the hits it served (LMCache MP: L1 in RAM, L2 on disk): it splits the engines'
+    # unattributed connector hits by tier, never adds to them
+    "cache_server_hit_tokens_host",
+    "cache_server_hit_tokens_disk",
     "preemptions",
     "sim_tokens_written",
     *(sim_late_counter(bound) for bound in SIM_LATE_BOUNDS_US),

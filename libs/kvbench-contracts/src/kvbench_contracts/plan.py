@@ -161,6 +161,12 @@ class Sizing(StrictModel):
     shared_store_gb: float | None = Field(None, gt=0, description="Size of the shared Valkey/Mooncake store, GB")
     disk_tier_gb: float | None = Field(None, gt=0, description="Local disk tier size per machine, GB")
     disk_tier_path: str | None = Field(None, description="Disk tier path, the same on every machine")
+    disk_tier_direct_io: bool = Field(
+        True,
+        description="LMCache's disk tier opens its files with O_DIRECT, so its reads measure the disk and not the "
+        "page cache; false where the filesystem refuses it (LMCache 0.5.1 then fails every write silently: the "
+        "report flags a tier that stored nothing)",
+    )
     shared_mount_path: str | None = Field(None, description="Shared filesystem mount path for a shared file tier")
     prefill_machines: int | None = Field(None, ge=1, description="Split stacks: machines that run prefill")
     prefill_gpus: int | None = Field(None, ge=1, description="Split stacks: GPUs that run prefill")

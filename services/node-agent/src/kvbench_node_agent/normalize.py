@@ -197,12 +197,25 @@ def _trtllm(s: Samples) -> Samples:
 
 
 def _lmcache(s: Samples) -> Samples:
+    """LMCache's own counters, as LMCache 0.5.1's MP server exports them (real texts in the tests): the hits it
+    served by tier, which split the engines' unattributed connector hits (the server counts no prompt of its own,
+    so nothing here is a prompt_tokens_* source), and its L2 writes submitted and completed."""
     out: Samples = {}
-    l1 = _first(s, ("lmcache_mp_lookup_hit_l1_tokens_total", {}), ("lmcache_mp_lookup_hit_l1_total", {}))
-    l2 = _first(s, ("lmcache_mp_lookup_hit_l2_tokens_total", {}), ("lmcache_mp_lookup_hit_l2_total", {}))
-    _put(out, "prompt_tokens_host", l1)
-    _put(out, "prompt_tokens_disk", l2)
-    if l1 is None and l2 is None:  # the in-process connector's counters: hits, tier unknown
+    hit = _sum(s, "lmcache_mp_lookup_hit_tokens_total")
+    if hit is not None:
+        # chunks served to the engines, some first prefetched from L2 into L1 (L1's own reads also count its writes
+        # to L2, so they are no denominator); LMCache keeps only full chunks: the share of chunks is that of tokens
+        served = _sum(s, "lmcache_mp_num_chunks_loaded_total") or 0.0
+        from_l2 = _sum(s, "lmcache_mp_l2_prefetch_load_completed_chunks_total") or 0.0
+        disk = hit * min(1.0, from_l2 / served) if served else 0.0
+        out["cache_server_hit_tokens_host"] = hit - disk
+        out["cache_server_hit_tokens_disk"] = disk
+    submitted = _sum(s, "lmcache_mp_l2_store_submitted_objects_chunks_total")
+    if submitted is not None:
+        out["kv_store_chunks_submitted"] = submitted
+        # absent, not 0, while no write has completed (LMCache 0.5.1 with every O_DIRECT write failing)
+        out["kv_store_chunks_completed"] = _sum(s, "lmcache_mp_l2_store_completed_objects_chunks_total") or 0.0
+    if hit is None:  # the in-process connector's counters: hits, tier unknown
         _put(out, "prompt_tokens_remote", _sum(s, "lmcache:num_hit_tokens_total"))
     _put(out, "kv_bytes_loaded_remote", _sum(s, "lmcache:num_remote_read_bytes_total"))
     _put(out, "kv_bytes_stored_remote", _sum(s, "lmcache:num_remote_write_bytes_total"))

@@ -147,6 +147,32 @@ def _job_figures(spec: dict[str, Any], job: asyncpg.Record, everything: Columns)
     return out, measured
 
 
+TIER_WRITES_MIN_CHUNKS = 16  # fewer handed to a tier's writer in a window tells nothing
+
+
+def _tier_writes(job: dict[str, Any]) -> tuple[bool, str] | None:
+    """(invalid?, reason) when a job's offload tier (LMCache's L2: the disk) finished few or none of the writes
+    handed to it: its reloads cannot have come from records that were never written."""
+    counters = job.get("engine_counters") or {}
+    submitted = float(counters.get("kv_store_chunks_submitted") or 0.0)
+    completed = float(counters.get("kv_store_chunks_completed") or 0.0)
+    if submitted < TIER_WRITES_MIN_CHUNKS:
+        return None
+    if completed == 0:
+        return True, (
+            f"job {job['job_id']}: the disk tier stored none of the {submitted:,.0f} chunks handed to it (LMCache's "
+            "L2 writer completed 0), so nothing it reports was ever on disk. LMCache 0.5.1 fails O_DIRECT writes "
+            "silently where the filesystem refuses them: set sizing.disk_tier_direct_io: false, or put the tier on "
+            "a filesystem that accepts them"
+        )
+    if completed < 0.5 * submitted:
+        return False, (
+            f"job {job['job_id']}: the disk tier finished {completed:,.0f} of the {submitted:,.0f} chunk writes "
+            "handed to it in the window; its writer is behind (or failing), so its share of the hits is uncertain"
+        )
+    return None
+
+
 def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[str, Any]:
     invalid: list[str] = []
     preliminary: list[str] = []
@@ -157,6 +183,9 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
             + "; ".join(f"{j['job_id']}: {j.get('reason') or j['status']}" for j in failed)
         )
     for j in jobs:
+        invalid_or_not = _tier_writes(j)
+        if invalid_or_not is not None:
+            (invalid if invalid_or_not[0] else preliminary).append(invalid_or_not[1])
         expected = j.get("records_expected")
         if expected is not None and j["requests"] < expected:
             invalid.append(
@@ -242,6 +271,22 @@ def _test_points(
     return points
 
 
+def _split_by_cache_server(tokens: dict[str, float], engine: dict[str, float]) -> str:
+    """The engines' connector hits that they cannot attribute (vLLM before 0.32 behind LMCache), split between the
+    host and disk tiers as the cache server itself counted its hits; ``tokens`` is changed in place. Returns what
+    the report's ``source`` adds, empty when nothing was split."""
+    host = engine.get("cache_server_hit_tokens_host", 0.0)
+    disk = engine.get("cache_server_hit_tokens_disk", 0.0)
+    unattributed = tokens.get("external_unattributed", 0.0)
+    if not unattributed or host + disk <= 0:
+        return ""
+    share = disk / (host + disk)
+    tokens["disk"] = tokens.get("disk", 0.0) + unattributed * share
+    tokens["host_tier"] = tokens.get("host_tier", 0.0) + unattributed * (1 - share)
+    tokens["external_unattributed"] = 0.0
+    return "; the connector's hits split between host and disk as the LMCache server counted its own"
+
+
 def _sources(
     pooled: dict[str, Any], engine: dict[str, float] | None, roles: dict[str, dict[str, float]] | None = None
 ) -> dict[str, Any]:
@@ -268,13 +313,14 @@ def _sources(
     }
     if engine and engine.get("prompt_tokens"):
         tokens = {name: engine.get(key, 0.0) for key, name in SOURCES.items()}
+        attribution = _split_by_cache_server(tokens, engine)
         total = engine["prompt_tokens"]
         cached = total - tokens["recomputed"]
         request_share = (
             from_requests["cached"] / from_requests["prompt_tokens"] if from_requests["prompt_tokens"] else 0
         )
         return {
-            "source": "engine counters over the measured windows",
+            "source": "engine counters over the measured windows" + attribution,
             "prompt_tokens": total,
             "tokens": tokens,
             "shares": {k: v / total for k, v in tokens.items()},

@@ -106,7 +106,8 @@ def lmcache_tiers(ctx: RenderContext) -> tuple[float, list[dict[str, Any]]]:
     l1 = float(ctx.sizing.get("host_memory_gb") or 20)
     l2: list[dict[str, Any]] = []
     if ctx.kv_tier == "nvme":
-        l2.append({"type": "fs", "base_path": ctx.sizing.get("disk_tier_path"), "use_odirect": True})
+        direct = bool(ctx.sizing.get("disk_tier_direct_io", True))
+        l2.append({"type": "fs", "base_path": ctx.sizing.get("disk_tier_path"), "use_odirect": direct})
     return l1, l2
 
 
