@@ -365,3 +365,37 @@ def test_the_lmcache_studys_hybrid_model_checks_are_review_warnings() -> None:
 
 def by_code_warnings(review: Any) -> dict[str, Any]:
     return {w.code: w for w in review.warnings}
+
+
+def test_cache_server_args_reach_lmcache_and_the_studys_eviction_ratio_is_a_warning() -> None:
+    base = {"name": "a", "strategy": "spill", "stack": "vllm-lmcache-mp", "model": "Qwen/Qwen3-8B",
+            "kv_tier": "cpu_ram", "sizing": {"host_memory_gb": 20}}  # fmt: skip
+    sim = {"sim": {"machines": 1, "gpu": "L40S"}}
+    study_args = {"eviction-ratio": 0.99, "eviction_trigger_watermark": 0.8}
+    study = review_plan(plan({**base, "engine": {"cache_server_args": study_args}}, cluster=sim))
+    assert study.valid, study.errors
+    ratio = by_code_warnings(study)["experiment_setting"]
+    assert "--eviction-ratio 0.99" in ratio.message
+    assert "default is 0.2" in ratio.message
+    assert ratio.field.endswith("cache_server_args.eviction-ratio")
+    default = review_plan(plan({**base, "engine": {"cache_server_args": {"eviction-ratio": 0.2}}}, cluster=sim))
+    assert "experiment_setting" not in by_code_warnings(default)
+    # what kvbench sets itself is refused, with the field; a stack without a cache server refuses them all
+    own = review_plan(plan({**base, "engine": {"cache_server_args": {"l1-size-gb": 80}}}))
+    assert {(e.code, e.field.rsplit(".", 1)[-1]) for e in own.errors} >= {("cache_server_arg_reserved", "l1-size-gb")}
+    none = review_plan(plan({**base, "stack": "vllm-prefix-gpu", "strategy": "own_cache", "kv_tier": "gpu",
+                             "engine": {"cache_server_args": {"eviction-ratio": 0.2}}}))  # fmt: skip
+    assert "no_cache_server" in {e.code for e in none.errors}
+
+
+def test_cache_server_args_are_rendered_on_the_lmcache_server_line() -> None:
+    from kvbench_contracts.commands import PoolMachine  # noqa: PLC0415
+    from kvbench_contracts.plan import EngineSpec, NetworkSpec, Sizing  # noqa: PLC0415
+    from kvbench_stacks.recipes import RenderContext, render  # noqa: PLC0415
+
+    ctx = RenderContext.for_pool(
+        "vllm-lmcache-mp", "Qwen/Qwen3-8B", EngineSpec(cache_server_args={"eviction-ratio": 0.99}), "cpu_ram",
+        Sizing(host_memory_gb=20), NetworkSpec(), [PoolMachine(name="m", host="10.0.0.1", gpus=1)], "round_robin",
+    )  # fmt: skip
+    server = next(p for procs in render(ctx).values() for p in procs if p.role == "lmcache")
+    assert server.argv[-2:] == ["--eviction-ratio", "0.99"]

@@ -109,16 +109,22 @@ class EngineSpec(StrictModel):
     version: str | None = Field(None, description="Engine version or container image; null = the validated default")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per engine (tensor parallel size)")
     args: dict[str, Any] = Field(default_factory=dict, description="Extra engine arguments, passed through verbatim")
+    cache_server_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra arguments of the stack's cache server (`lmcache server`), passed through verbatim; only "
+        "for stacks that start one, and not the flags kvbench sets from the plan (ports, chunk size, tiers)",
+    )
 
-    @field_validator("args")
+    @field_validator("args", "cache_server_args")
     @classmethod
-    def _bounded_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _bounded_args(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
+        where = f"engine.{info.field_name}"
         for key in value:
             if not FLAG_NAME.match(key):
-                raise ValueError(f"engine.args: {key[:40]!r} is not a flag name (letters, digits, '-' and '_')")
+                raise ValueError(f"{where}: {key[:40]!r} is not a flag name (letters, digits, '-' and '_')")
         size = len(json.dumps(value, default=str))
         if size > MAX_ENGINE_ARGS_BYTES:
-            raise ValueError(f"engine.args: {size:,} bytes of arguments; at most {MAX_ENGINE_ARGS_BYTES:,}")
+            raise ValueError(f"{where}: {size:,} bytes of arguments; at most {MAX_ENGINE_ARGS_BYTES:,}")
         return value
 
 

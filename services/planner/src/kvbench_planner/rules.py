@@ -17,6 +17,7 @@ from kvbench_stacks.hardware import (
     simulated_gpus,
 )
 from kvbench_stacks.query import version_tuple
+from kvbench_stacks.recipes.servers import LMCACHE_SERVER_OWN_FLAGS
 
 __all__ = ["workload_issues"]
 
@@ -45,6 +46,7 @@ def workload_issues(w: Workload, machines: list[Machine] | None) -> tuple[list[P
     _model_rules(w, machines, err, warn)
     if stack is not None:
         _hybrid_model_rules(w, stack, warn)
+        _cache_server_rules(w, stack, err, warn)
     _measurement_rules(w, err, warn)
     if machines is not None:
         _machine_rules(w, stack, machines, err, warn)
@@ -216,6 +218,51 @@ def _hybrid_model_rules(w: Workload, stack: StackSpec, warn: Callable[[str, str,
             "rate with the option on.",
             "stack",
         )
+
+
+# LMCache server settings the study used to make overflow visible, with the production default (section 5.3)
+EXPERIMENT_SETTINGS: dict[str, tuple[float, float, str]] = {
+    # flag: (warn above, production default, what it does)
+    "eviction-ratio": (0.5, 0.2, "frees that share of L1 at every eviction round"),
+}
+
+
+def _cache_server_rules(
+    w: Workload, stack: StackSpec, err: Callable[[str, str, str, str], None], warn: Callable[[str, str, str, str], None]
+) -> None:
+    args = {key.replace("_", "-"): value for key, value in w.engine.cache_server_args.items()}
+    if args and not stack.lmcache_server:
+        err(
+            "no_cache_server",
+            f"The stack {stack.id} starts no cache server, so engine.cache_server_args would change nothing",
+            "Remove engine.cache_server_args, or choose a stack with an LMCache server (kvbench catalog).",
+            "engine.cache_server_args",
+        )
+        return
+    for flag in sorted(set(args) & LMCACHE_SERVER_OWN_FLAGS):
+        err(
+            "cache_server_arg_reserved",
+            f"kvbench sets the LMCache server's --{flag} itself (from the plan's sizing, tier and ports)",
+            f"Remove {flag} from engine.cache_server_args; size the tiers with sizing and kv_tier.",
+            f"engine.cache_server_args.{flag}",
+        )
+    for flag, (above, default, what) in EXPERIMENT_SETTINGS.items():
+        value = args.get(flag)
+        if isinstance(value, int | float | str) and _number(value) is not None and (_number(value) or 0) > above:
+            warn(
+                "experiment_setting",
+                f"--{flag} {value} {what}: an experiment setting (the LMCache study used 0.99 to force its cache "
+                f"over capacity), not production; LMCache's default is {default:g}",
+                f"Leave {flag} out (default {default:g}) unless the run measures overflow on purpose.",
+                f"engine.cache_server_args.{flag}",
+            )
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
 
 
 def _measurement_rules(

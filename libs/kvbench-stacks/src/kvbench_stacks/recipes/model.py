@@ -38,6 +38,7 @@ class EngineSettings(BaseModel):
     version: str | None = None
     tensor_parallel_size: int = 1
     args: dict[str, Any] = Field(default_factory=dict)
+    cache_server_args: dict[str, Any] = Field(default_factory=dict)  # the LMCache server's, after kvbench's own
 
 
 class RenderContext(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kvbench_stacks.recipes.common import EngineSlot, Machines, host_of, image_for, url_of
+from kvbench_stacks.recipes.common import EngineSlot, Machines, host_of, image_for, url_of, user_args
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 
@@ -65,6 +65,12 @@ def mooncake_master(ctx: RenderContext, http_metadata: bool = False) -> ProcessS
     )
 
 
+# the LMCache server flags kvbench sets from the plan (ports, chunk size, tiers): a plan's cache_server_args may not
+LMCACHE_SERVER_OWN_FLAGS = frozenset(
+    {"host", "port", "chunk-size", "l1-size-gb", "http-host", "http-port", "prometheus-port", "l2-adapter"}
+)
+
+
 def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float) -> ProcessSpec:
     """stacks.md 1.12: the LMCache multi-process server (L1 CPU, L2 adapters), on its own ports."""
     argv = [
@@ -90,6 +96,7 @@ def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float) -
     ]
     for adapter in l2:
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
+    argv += user_args(ctx.engine.cache_server_args)
     return ProcessSpec(
         name="lmcache",
         role="lmcache",
