@@ -79,6 +79,29 @@ def sim_cluster(workload: Workload, default_speed: float | None) -> SimCluster |
     return sim if sim.speed is not None else sim.model_copy(update={"speed": default_speed or 1.0})
 
 
+async def _shards_of(kv: Any, loadgen_id: str) -> list[str] | None:
+    """The shards a load generator's heartbeat lists; None when its key is not there (expired)."""
+    try:
+        entry = await kv.get(loadgen_id)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return LoadgenHeartbeat.model_validate_json(entry.value).shards if entry.value else None
+
+
+async def _learn_owners(kv: Any, job_id: str, ends: list[asyncio.Future[Envelope]], owner: dict[int, str]) -> None:
+    """Which load generator took each shard not yet placed, from a listing of the heartbeats."""
+    try:
+        names = await kv.keys()
+    except nats.js.errors.NoKeysError:
+        return
+    for name in names:
+        shards = await _shards_of(kv, name) or []
+        for index in range(len(ends)):
+            if index not in owner and shard_key(job_id, index) in shards:
+                owner[index] = name
+                log.info("job shard taken", extra={"job_id": job_id, "shard_index": index, "loadgen_id": name})
+
+
 class RunFailedError(KvbenchError):
     """The run cannot go on; its problem says why and what to do."""
 
@@ -422,52 +445,43 @@ class Conductor:
     async def _watch_shards(self, job_id: str, ends: list[asyncio.Future[Envelope]]) -> tuple[int, str]:
         """Returns (the shard's index and the reason) once a load generator running one of the job's shards is lost:
         its heartbeat key expired, or it came back without the shard (the process restarted). Never returns while
-        every shard's runner is alive; a bus that does not answer is waited out, with a heartbeat's grace after."""
+        every shard's runner is alive; a bus that does not answer is waited out, with a heartbeat's grace after.
+        Which load generator took a shard is learnt from a listing of the bucket; whether it still runs it, from
+        its own key, read twice a grace apart (a listing can come back short on a busy server)."""
         owner: dict[int, str] = {}
         bus_back_at, failing = 0.0, False
         while True:
             await asyncio.sleep(1.0)
             try:
                 kv = await self.bus.kv("kvbench_loadgens")
-                try:
-                    names = await kv.keys()
-                except nats.js.errors.NoKeysError:
-                    names = []
-                beats: dict[str, LoadgenHeartbeat] = {}
-                for name in names:
-                    with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-                        entry = await kv.get(name)
-                        if entry.value:
-                            beats[name] = LoadgenHeartbeat.model_validate_json(entry.value)
+                if len(owner) < len(ends):
+                    await _learn_owners(kv, job_id, ends, owner)
+                if failing:
+                    failing, bus_back_at = False, time.monotonic()
+                if time.monotonic() - bus_back_at < HEARTBEAT_GRACE_S:
+                    continue
+                for index, runner in sorted(owner.items()):
+                    key, end = shard_key(job_id, index), ends[index]
+                    if end.done() or key in (await _shards_of(kv, runner) or ()):
+                        continue
+                    # the end is published before the shard leaves the list: give it a moment, then look again
+                    await asyncio.wait([end], timeout=LOADGEN_END_GRACE_S)
+                    if end.done():
+                        continue
+                    shards = await _shards_of(kv, runner)
+                    if shards is not None and key in shards:
+                        continue
+                    how = "stopped (its heartbeat expired)" if shards is None else "came back without it (it restarted)"
+                    return index, (
+                        f"load generator {runner}, running shard {index + 1} of {len(ends)} of this job, {how} before "
+                        "the job ended; the records it published are kept, the rest of its share was never sent. Keep "
+                        "the load generators running for the whole run (kvbench status lists them) and run the plan "
+                        "again"
+                    )
             except Exception as exc:  # the bus, not a load generator
                 if not failing:
                     log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
                 failing = True
-                continue
-            if failing:
-                failing, bus_back_at = False, time.monotonic()
-            if time.monotonic() - bus_back_at < HEARTBEAT_GRACE_S:
-                continue
-            for index, end in enumerate(ends):
-                key = shard_key(job_id, index)
-                for name, beat in beats.items():
-                    if key in beat.shards and owner.get(index) != name:
-                        owner[index] = name
-                        log.info("job shard taken", extra={"job_id": job_id, "shard_index": index, "loadgen_id": name})
-                runner = owner.get(index)
-                if end.done() or runner is None or (runner in beats and key in beats[runner].shards):
-                    continue
-                # the end is published before the shard leaves the list: give it a moment to arrive
-                await asyncio.wait([end], timeout=LOADGEN_END_GRACE_S)
-                if end.done():
-                    continue
-                restarted = runner in beats
-                how = "came back without it (the process restarted)" if restarted else "stopped (its heartbeat expired)"
-                return index, (
-                    f"load generator {runner}, running shard {index + 1} of {len(ends)} of this job, {how} before the "
-                    "job ended; the records it published are kept, the rest of its share was never sent. Keep the "
-                    "load generators running for the whole run (kvbench status lists them) and run the plan again"
-                )
 
     async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event, running: dict[str, str]) -> None:
         """Only an expired heartbeat means a lost node. The bus itself failing (a NATS server down or restarting,
