@@ -15,7 +15,7 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 
-.PHONY: help env tools demo test test-unit test-integration test-e2e lint fmt up down status bench clean
+.PHONY: help env tools demo test test-unit test-integration test-e2e lint fmt up down status live bench clean
 
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,9 @@ down: env ## Stop exactly what `make up` started
 
 status: env ## Show what `make up` started and whether it is healthy
 	@$(KVBENCH) status
+
+live: ## On a GPU machine with vLLM's files carried along: kvbench's stacks on a real vLLM (docs/live.md; never CI)
+	@bash tools/live/live.sh run $(STACKS)
 
 bench: env ## Run the benchmarks in benchmarks/ (they print their figures)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from pathlib import Path
@@ -291,3 +292,20 @@ vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_comp
     pd_with_offload = normalized(disk=0.0, host=1500.0, external=8000.0)
     assert pd_with_offload["prompt_tokens_transferred"] == 6500.0
     assert pd_with_offload["prompt_tokens_host"] == 1500.0
+
+
+def test_a_live_cpu_offload_run_normalises_to_the_hits_and_bytes_the_engine_served() -> None:
+    """The live H200 run of vllm-native-cpu-offload (data/live/2026-12-01-h200-vllm-0.25.1): what the normaliser
+    reads from the engine's own /metrics agrees with the requests' usage, and the bytes per token with the model
+    table's KV size."""
+    from kvbench_stacks.hardware import find_model  # noqa: PLC0415
+
+    live = METRICS.parents[3] / "data" / "live" / "2026-12-01-h200-vllm-0.25.1"
+    counters = normalize(parse_samples((live / "metrics-vllm-native-cpu-offload.txt").read_text()), external="host")
+    result = json.loads((live / "live-vllm-native-cpu-offload.json").read_text())
+    assert counters["prompt_tokens_host"] == result["rounds"]["round2"]["cached_tokens"] == 63_920
+    model = find_model("Qwen/Qwen3-8B")
+    assert model is not None
+    assert counters["kv_bytes_loaded_host"] == counters["prompt_tokens_host"] * model.kv_bytes_per_token
+    evicted = normalize(parse_samples((live / "metrics-vllm-prefix-gpu.txt").read_text()))
+    assert evicted["prompt_tokens_gpu"] == 0  # the 4 GiB GPU cache kept no document until its second visit

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# On the lent H200 machine: kvbench's own stacks against a real vLLM 0.25.1 (docs/live.md).
+# Needs, carried along: .gpu (../shared/tools/gpu-vllm/prepare.sh: the trimmed vLLM wheel, its dependencies, the
+# stand-in model) and .device (tools/device/prepare.sh: kvbench's own dependencies). Results go to $OUT.
+#   bash tools/live/live.sh unpack           # first call: vLLM's site and the model (the 64 MiB a call allows)
+#   bash tools/live/live.sh run [STACKS]     # second call: vLLM's compiled core, then the live runs
+set -euo pipefail
+OUT=${OUT:-$PWD/live-out}; mkdir -p "$OUT"
+export PYTHONPATH="/tmp/site:/tmp/kvbench-site:$(ls -d "$PWD"/libs/*/src "$PWD"/services/*/src "$PWD"/apps/*/src | tr '\n' ':')"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+export TOKENIZERS_PARALLELISM=false VLLM_USE_FLASHINFER_SAMPLER=0 OUT
+# kvbench sizes its prompts with the served model's own tokenizer (the stand-in beside the model), not the words fallback
+export KVBENCH_TOKENIZER_PATH=/tmp/model/tokenizer.json
+case "${1:-run}" in
+  unpack)
+    mkdir -p /tmp/site /tmp/kvbench-site /tmp/model
+    tar -C /tmp/site -xJf .gpu/a/site.tar.xz
+    for wheel in .device/wheels/*.whl; do python3 -m zipfile -e "$wheel" /tmp/kvbench-site >/dev/null; done
+    cp -r .gpu/model/. /tmp/model/
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+    python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT/gpu.txt"
+    ;;
+  run)
+    if [ ! -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ]; then
+      python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('.gpu/b/C.so.xz'), open('/tmp/site/vllm/_C_stable_libtorch.abi3.so', 'wb'))"
+    fi
+    # the wheel was unzipped, not installed: no `vllm` console script, so the recipe's `vllm serve` gets one
+    mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m vllm.entrypoints.cli.main "$@"\n' > /tmp/bin/vllm
+    chmod +x /tmp/bin/vllm && export PATH="/tmp/bin:$PATH"
+    python3 tools/live/run.py ${2:+--stacks "$2"} 2>&1 | tee "$OUT/run.txt"
+    ;;
+esac
