@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kvbench_stacks.catalog import CATALOG
 from kvbench_stacks.recipes import RECIPES, EngineSettings, PoolMachine, RenderContext, render
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -135,3 +136,14 @@ def test_the_lmcache_disk_tier_uses_o_direct_unless_the_plan_says_not(direct: bo
     server = next(p for procs in render(ctx).values() for p in procs if p.role == "lmcache")
     adapters = [json.loads(server.argv[i + 1]) for i, a in enumerate(server.argv) if a == "--l2-adapter"]
     assert adapters == [{"type": "fs", "base_path": "/nvme/kv", "use_odirect": direct is not False}]
+
+
+def test_the_lmcache_server_is_scraped_on_its_http_port() -> None:
+    """`lmcache server` (LMCache 0.5.1, lmcache/v1/multiprocess/http_server.py) starts no Prometheus server of its
+    own: its metrics are at the HTTP port's /metrics, where the agent must scrape them."""
+    servers = [p for s in RECIPES if CATALOG[s].lmcache_server
+               for procs in render(context(s)).values() for p in procs if p.role == "lmcache"]  # fmt: skip
+    assert len(servers) >= 8  # the stacks that start one, on both machines
+    for server in servers:
+        assert server.metrics == (server.ports["http"], "/metrics")
+        assert "--prometheus-port" not in server.argv

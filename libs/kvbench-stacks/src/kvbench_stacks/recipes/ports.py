@@ -14,7 +14,6 @@ PORTS = {
     "engine_base": 8100,  # engine i serves its API and /metrics on 8100 + i
     "lmcache_zmq": 5555,
     "lmcache_http": 8180,  # not LMCache's 8080 (Mooncake metadata)
-    "lmcache_metrics": 9190,  # not 9090 (NIXL telemetry)
     "mooncake_rpc": 50051,
     "mooncake_metrics": 9003,
     "mooncake_http_metadata": 8090,

@@ -91,8 +91,6 @@ def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float) -
         "0.0.0.0",
         "--http-port",
         str(PORTS["lmcache_http"]),
-        "--prometheus-port",
-        str(PORTS["lmcache_metrics"]),
     ]
     for adapter in l2:
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
@@ -101,9 +99,11 @@ def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float) -
         name="lmcache",
         role="lmcache",
         argv=argv,
-        ports={"zmq": PORTS["lmcache_zmq"], "http": PORTS["lmcache_http"], "metrics": PORTS["lmcache_metrics"]},
+        ports={"zmq": PORTS["lmcache_zmq"], "http": PORTS["lmcache_http"]},
         health=("http", PORTS["lmcache_http"], "/healthcheck"),
-        metrics=(PORTS["lmcache_metrics"], "/metrics"),
+        # `lmcache server` serves its metrics on the HTTP port: it starts no Prometheus server of its own, so
+        # --prometheus-port does nothing there (LMCache 0.5.1: http_server.py, start_prometheus_http_server=False)
+        metrics=(PORTS["lmcache_http"], "/metrics"),
         binary="lmcache",
         image=image_for(ctx, "lmcache/vllm-openai:latest"),
     )
