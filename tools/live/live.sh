@@ -16,6 +16,10 @@ case "${1:-run}" in
     mkdir -p /tmp/site /tmp/kvbench-site /tmp/model
     tar -C /tmp/site -xJf .gpu/a/site.tar.xz
     for wheel in .device/wheels/*.whl; do python3 -m zipfile -e "$wheel" /tmp/kvbench-site >/dev/null; done
+    if [ -d .gpu/lm ]; then  # LMCache 0.5.1 and its wheels (../shared/tools/gpu-vllm/lmcache/prepare-lmcache.sh)
+      rm -rf /tmp/site/opentelemetry* /tmp/site/importlib_metadata*  # LMCache's versions replace vLLM site's
+      for wheel in .gpu/lm/*.whl; do python3 -m zipfile -e "$wheel" /tmp/site >/dev/null; done
+    fi
     cp -r .gpu/model/. /tmp/model/
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
     python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT/gpu.txt"
@@ -26,7 +30,8 @@ case "${1:-run}" in
     fi
     # the wheel was unzipped, not installed: no `vllm` console script, so the recipe's `vllm serve` gets one
     mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m vllm.entrypoints.cli.main "$@"\n' > /tmp/bin/vllm
-    chmod +x /tmp/bin/vllm && export PATH="/tmp/bin:$PATH"
+    printf '#!/bin/sh\nexec python3 -c "import sys; sys.argv[0] = \\"lmcache\\"; from lmcache.cli.main import main; main()" "$@"\n' > /tmp/bin/lmcache
+    chmod +x /tmp/bin/vllm /tmp/bin/lmcache && export PATH="/tmp/bin:$PATH" LMCACHE_DISABLE_BANNER=1
     python3 tools/live/run.py ${2:+--stacks "$2"} 2>&1 | tee "$OUT/run.txt"
     ;;
 esac

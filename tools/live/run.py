@@ -32,11 +32,24 @@ from kvbench_stacks.recipes import RenderContext, render
 NAME = "qwen3-8b-dummy"
 # the stacks in the issue's order, each with its tier and sizing: a 4 GiB GPU KV cache (29,120 tokens on this
 # model) that 8 x 8,000-token documents overflow, so reuse needs a tier beyond the GPU
+LMCACHE_DISK = "/tmp/lmcache-l2"  # noqa: S108 (a lent machine's scratch disk)
 STACKS: dict[str, tuple[str, dict[str, Any]]] = {
     "vllm-prefix-off": ("gpu", {}),
     "vllm-prefix-gpu": ("gpu", {}),
     "vllm-native-cpu-offload": ("cpu_ram", {"host_memory_gb": 32}),
+    # the LMCache study's stack: an LMCache 0.5.1 MP server (L1 20 GB RAM, L2 on local disk) beside vLLM; O_DIRECT
+    # off, as LMCache failed every O_DIRECT write on this machine
+    "vllm-lmcache-mp": (
+        "nvme",
+        {
+            "host_memory_gb": 20,
+            "disk_tier_path": LMCACHE_DISK,
+            "disk_tier_gb": 40,
+            "disk_tier_direct_io": False,
+        },
+    ),
 }
+RESTARTED = ("vllm-lmcache-mp",)  # stacks whose records outlive a restart: run once more after one
 ENGINE_ARGS = {
     "load-format": "dummy",  # random weights: no model download (the Hub is not reachable)
     "served-model-name": NAME,
@@ -55,12 +68,12 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in NORMALIZED_COUNTERS if k in after or k in before}
 
 
-def kvbench_load(base_url: str, records: Path, documents: int, tokens: int) -> dict[str, Any]:
+def kvbench_load(base_url: str, records: Path, documents: int, tokens: int, rounds: int = 2) -> dict[str, Any]:
     command = [
         sys.executable, "-c", "from kvbench_cli.main import main; main()", "load", "--endpoint", base_url,
         "--model", NAME, "--shape", "document_reuse", "--documents", str(documents), "--document-tokens",
-        str(tokens), "--rounds", "2", "--output-tokens", "4", "--users", "1", "--records", str(records), "--json",
-        "--quiet",
+        str(tokens), "--rounds", str(rounds), "--output-tokens", "4", "--users", "1", "--records", str(records),
+        "--json", "--quiet",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
@@ -103,30 +116,67 @@ async def one_stack(stack: str, model: str, out: Path, documents: int, tokens: i
     ctx = RenderContext.for_pool(stack, model, engine, tier, Sizing(**sizing), NetworkSpec(), [machine], "round_robin")
     specs = render(ctx)["gpu"]
     launcher = ProcessLauncher("process", "gpu", "127.0.0.1", out / "state", health_timeout_s=420)
-    started = time.monotonic()
+    if sizing.get("disk_tier_path"):
+        await asyncio.to_thread(fresh_dir, Path(sizing["disk_tier_path"]))
+    hint = CATALOG[stack].external_hits_tier("both")
+    servers = [f"http://127.0.0.1:{s.metrics[0]}{s.metrics[1]}" for s in specs if s.role == "lmcache" and s.metrics]
     result: dict[str, Any] = {"stack": stack, "argv": [" ".join(s.argv) for s in specs]}
-    deployment = await launcher.start_specs(f"live-{stack}", "live", stack, specs)
-    try:
-        result["healthy_after_s"] = round(time.monotonic() - started, 1)
-        result["facts"] = deployment.facts
-        endpoint = deployment.endpoints[0]
-        before = parse_samples(await asyncio.to_thread(metrics_text, endpoint.metrics_url))
-        records = out / f"records-{stack}.jsonl"
-        summary = await asyncio.to_thread(kvbench_load, endpoint.base_url, records, documents, tokens)
-        raw_after = await asyncio.to_thread(metrics_text, endpoint.metrics_url)
-        (out / f"metrics-{stack}.txt").write_text(raw_after)
-        after = parse_samples(raw_after)
-        hint = CATALOG[stack].external_hits_tier("both")
-        result["normalized_delta"] = delta(normalize(before, external=hint), normalize(after, external=hint))
-        result["rounds"] = by_round(records)
-        result["load"] = {k: summary.get(k) for k in ("requests_total", "errors", "ttft_ms", "itl_ms", "timing",
-                                                      "connections", "tokenizer", "wall_s")}  # fmt: skip
-    finally:
-        await launcher.stop(deployment)
-        for process in deployment.processes:
-            shutil.copy(process.log_path, out / f"engine-{stack}-{process.name}.log")
-    result["total_s"] = round(time.monotonic() - started, 1)
+    passes = [("", 2), ("after_restart", 1)] if stack in RESTARTED else [("", 2)]
+    for tag, rounds in passes:
+        started = time.monotonic()
+        deployment = await launcher.start_specs(f"live-{stack}{tag}", "live", stack, specs)
+        part: dict[str, Any] = {"healthy_after_s": round(time.monotonic() - started, 1), "facts": deployment.facts}
+        try:
+            endpoint = deployment.endpoints[0]
+            urls = [endpoint.metrics_url, *servers]
+            before = [parse_samples(await asyncio.to_thread(metrics_text, url)) for url in urls]
+            records = out / f"records-{stack}{tag}.jsonl"
+            summary = await asyncio.to_thread(kvbench_load, endpoint.base_url, records, documents, tokens, rounds)
+            texts = [await asyncio.to_thread(metrics_text, url) for url in urls]
+            for index, text in enumerate(texts):
+                (out / f"metrics-{stack}{tag}-{index}.txt").write_text(text)
+            part["normalized_delta"] = [
+                delta(normalize(b, external=hint), normalize(parse_samples(t), external=hint))
+                for b, t in zip(before, texts, strict=True)
+            ]
+            part["rounds"] = by_round(records) if rounds == 2 else {"round1": by_round_one(records)}
+            part["load"] = {k: summary.get(k) for k in ("requests_total", "errors", "ttft_ms", "itl_ms", "timing",
+                                                        "connections", "tokenizer", "wall_s")}  # fmt: skip
+            if sizing.get("disk_tier_path"):
+                part["disk_tier"] = await asyncio.to_thread(disk_usage, Path(sizing["disk_tier_path"]))
+        finally:
+            await launcher.stop(deployment)
+            for process in deployment.processes:
+                shutil.copy(process.log_path, out / f"engine-{stack}{tag}-{process.name}.log")
+        part["total_s"] = round(time.monotonic() - started, 1)
+        if tag:
+            result[tag] = part
+        else:
+            result.update(part)
     return result
+
+
+def fresh_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+
+
+def disk_usage(path: Path) -> dict[str, int]:
+    """What a disk tier holds: its records' files and bytes."""
+    files = [f for f in path.rglob("*") if f.is_file()]
+    return {"files": len(files), "bytes": sum(f.stat().st_size for f in files)}
+
+
+def by_round_one(records: Path) -> dict[str, Any]:
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    ttfts = sorted(r["ttft_s"] * 1e3 for r in rows if r["ttft_s"] is not None)
+    return {
+        "requests": len(rows),
+        "ttft_ms_median": ttfts[len(ttfts) // 2] if ttfts else None,
+        "ttft_ms": [round(t, 1) for t in ttfts],
+        "cached_tokens": sum(r["cached_tokens"] or 0 for r in rows),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
+    }
 
 
 def main() -> None:
