@@ -309,3 +309,17 @@ def test_a_live_cpu_offload_run_normalises_to_the_hits_and_bytes_the_engine_serv
     assert counters["kv_bytes_loaded_host"] == counters["prompt_tokens_host"] * model.kv_bytes_per_token
     evicted = normalize(parse_samples((live / "metrics-vllm-prefix-gpu.txt").read_text()))
     assert evicted["prompt_tokens_gpu"] == 0  # the 4 GiB GPU cache kept no document until its second visit
+
+
+def test_the_live_lmcache_run_reads_as_the_server_and_the_engine_counted_it() -> None:
+    """The live H200 run of vllm-lmcache-mp: the LMCache server's counters, scraped on its HTTP port, say its hits
+    came from L1 and all its disk writes completed; vLLM's say the same number of connector hits."""
+    live = METRICS.parents[3] / "data" / "live" / "2026-12-01-h200-vllm-0.25.1"
+    server = normalize(parse_samples((live / "metrics-vllm-lmcache-mp-lmcache.txt").read_text()))
+    engine = normalize(parse_samples((live / "metrics-vllm-lmcache-mp-vllm.txt").read_text()), external=None)
+    result = json.loads((live / "live-vllm-lmcache-mp.json").read_text())
+    assert server["cache_server_hit_tokens_host"] == engine["prompt_tokens_external"]
+    assert server["cache_server_hit_tokens_host"] == result["rounds"]["round2"]["cached_tokens"] == 63_488
+    assert server["kv_store_chunks_completed"] == server["kv_store_chunks_submitted"] == result["disk_tier"]["files"]
+    restarted = result["after_restart"]["normalized_delta"][1]
+    assert restarted["cache_server_hit_tokens_disk"] == result["after_restart"]["rounds"]["round1"]["cached_tokens"]
