@@ -11,7 +11,22 @@ import httpx
 from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
 
-__all__ = ["run_to_end", "served_report"]
+__all__ = ["run_to_end", "served_report", "submit_until_running"]
+
+
+def submit_until_running(api_url: str, plan_text: str, timeout_s: float = 60) -> str:
+    """POST the plan and wait until its first job runs; returns the run id (for tests that break something
+    mid-job)."""
+    response = httpx.post(
+        f"{api_url}/v1/runs", content=plan_text.encode(), headers={"Content-Type": "application/yaml"}, timeout=30
+    )
+    assert response.status_code == 201, response.text
+    run_id = str(response.json()["run_id"])
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(f"{api_url}/v1/runs/{run_id}").json()["jobs"][0]["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    return run_id
 
 
 def run_to_end(api_url: str, plan_text: str, timeout_s: float = 400) -> dict[str, Any]:

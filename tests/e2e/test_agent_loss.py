@@ -14,6 +14,8 @@ import pytest
 
 from kvbench_core.procs import pid_alive
 
+from .runs import submit_until_running
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 HEARTBEAT_TTL_S = 15.0
@@ -36,13 +38,7 @@ def _engines_of(agent_pid: int) -> list[int]:
 def test_killed_agent_fails_the_run_within_the_ttl(short_plan: Any, local_kvbench: Any) -> None:
     _, state = local_kvbench
     plan = short_plan("agent-loss", duration_s=120, users=2, gpu_only=True)
-    run_id = httpx.post(
-        f"{state.api_url}/v1/runs", content=plan.encode(), headers={"Content-Type": "application/yaml"}, timeout=30
-    ).json()["run_id"]
-    deadline = time.monotonic() + 60
-    while httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"][0]["status"] != "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
+    run_id = submit_until_running(state.api_url, plan)
     agent = next(s for s in state.services if s.name == "node-agent-sim-1")
     engines = _engines_of(agent.pid)
     assert engines, "the agent should have started an engine"

@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from .runs import submit_until_running
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 HEARTBEAT_TTL_S = 15.0  # kvbench_loadgens
@@ -19,13 +21,7 @@ HEARTBEAT_TTL_S = 15.0  # kvbench_loadgens
 def test_killed_load_generator_fails_its_job_within_the_ttl(short_plan: Any, local_kvbench: Any) -> None:
     _, state = local_kvbench
     plan = short_plan("loadgen-loss", duration_s=120, users=2, gpu_only=True)
-    run_id = httpx.post(
-        f"{state.api_url}/v1/runs", content=plan.encode(), headers={"Content-Type": "application/yaml"}, timeout=30
-    ).json()["run_id"]
-    deadline = time.monotonic() + 60
-    while httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"][0]["status"] != "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
+    run_id = submit_until_running(state.api_url, plan)
     time.sleep(4)  # a heartbeat has listed the shard
     loadgen = next(s for s in state.services if s.name == "loadgen")
     os.kill(loadgen.pid, signal.SIGKILL)

@@ -256,16 +256,17 @@ async def _run(
     return task.result(), source, written[0], client_timing(probe, task.result().send_lateness_s)
 
 
+def _progress_line(args: argparse.Namespace, elapsed_s: float, requests: int, errors: int, extra: str = "") -> None:
+    span = f"/{args.duration_s:.0f}" if args.duration_s > 0 else ""
+    sys.stderr.write(f"\r{elapsed_s:6.1f}{span} s · {requests:,} requests · {errors:,} errors{extra} ")
+    sys.stderr.flush()
+
+
 async def _watch(args: argparse.Namespace, driver: Any, task: asyncio.Future[Any]) -> None:
     while not task.done():
         await asyncio.wait([task], timeout=1.0)
         if not args.quiet and not task.done():
-            span = f"/{args.duration_s:.0f}" if args.duration_s > 0 else ""
-            sys.stderr.write(
-                f"\r{driver.elapsed_s:6.1f}{span} s · {driver.result.requests:,} requests · "
-                f"{driver.result.errors:,} errors "
-            )
-            sys.stderr.flush()
+            _progress_line(args, driver.elapsed_s, driver.result.requests, driver.result.errors)
     if not args.quiet:
         sys.stderr.write("\n")
 
@@ -366,12 +367,8 @@ def _drive_workers(args: argparse.Namespace, traffic: dict[str, Any], path: Path
             now = time.monotonic()
             if not args.quiet and now - last >= 1.0:
                 last = now
-                requests, errors = sum(progress[0::2]), sum(progress[1::2])
-                sys.stderr.write(
-                    f"\r{max(0.0, now - start_at.value) * args.engine_speed:6.1f} s · {requests:,} requests · "
-                    f"{errors:,} errors · {count} workers "
-                )
-                sys.stderr.flush()
+                elapsed = max(0.0, now - start_at.value) * args.engine_speed
+                _progress_line(args, elapsed, sum(progress[0::2]), sum(progress[1::2]), f" · {count} workers")
         if not args.quiet:
             sys.stderr.write("\n")
     finally:
