@@ -81,22 +81,22 @@ def kvbench_load(base_url: str, records: Path, documents: int, tokens: int, roun
     return dict(json.loads(done.stdout))
 
 
-def by_round(records: Path) -> dict[str, Any]:
-    """TTFT of each round (one user: requests in send order, the first half is round 1)."""
+def by_round(records: Path, rounds: int) -> dict[str, Any]:
+    """TTFT and cached tokens of each round (one user: requests in send order, each round an equal share)."""
     rows = sorted((json.loads(line) for line in records.read_text().splitlines()), key=lambda r: r["start_s"])
-    half = len(rows) // 2
-    out: dict[str, Any] = {}
-    for name, part in (("round1", rows[:half]), ("round2", rows[half:])):
-        ttfts = sorted(r["ttft_s"] * 1e3 for r in part if r["ttft_s"] is not None)
-        cached = [r["cached_tokens"] or 0 for r in part]
-        out[name] = {
-            "requests": len(part),
-            "ttft_ms_median": ttfts[len(ttfts) // 2] if ttfts else None,
-            "ttft_ms": [round(t, 1) for t in ttfts],
-            "cached_tokens": sum(cached),
-            "prompt_tokens": sum(r["prompt_tokens"] for r in part),
-        }
-    return out
+    size = len(rows) // rounds
+    return {f"round{n + 1}": round_summary(rows[n * size : (n + 1) * size]) for n in range(rounds)}
+
+
+def round_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    ttfts = sorted(r["ttft_s"] * 1e3 for r in rows if r["ttft_s"] is not None)
+    return {
+        "requests": len(rows),
+        "ttft_ms_median": ttfts[len(ttfts) // 2] if ttfts else None,
+        "ttft_ms": [round(t, 1) for t in ttfts],
+        "cached_tokens": sum(r["cached_tokens"] or 0 for r in rows),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
+    }
 
 
 def gpu_count() -> int:
@@ -139,7 +139,7 @@ async def one_stack(stack: str, model: str, out: Path, documents: int, tokens: i
                 delta(normalize(b, external=hint), normalize(parse_samples(t), external=hint))
                 for b, t in zip(before, texts, strict=True)
             ]
-            part["rounds"] = by_round(records) if rounds == 2 else {"round1": by_round_one(records)}
+            part["rounds"] = by_round(records, rounds)
             part["load"] = {k: summary.get(k) for k in ("requests_total", "errors", "ttft_ms", "itl_ms", "timing",
                                                         "connections", "tokenizer", "wall_s")}  # fmt: skip
             if sizing.get("disk_tier_path"):
@@ -165,18 +165,6 @@ def disk_usage(path: Path) -> dict[str, int]:
     """What a disk tier holds: its records' files and bytes."""
     files = [f for f in path.rglob("*") if f.is_file()]
     return {"files": len(files), "bytes": sum(f.stat().st_size for f in files)}
-
-
-def by_round_one(records: Path) -> dict[str, Any]:
-    rows = [json.loads(line) for line in records.read_text().splitlines()]
-    ttfts = sorted(r["ttft_s"] * 1e3 for r in rows if r["ttft_s"] is not None)
-    return {
-        "requests": len(rows),
-        "ttft_ms_median": ttfts[len(ttfts) // 2] if ttfts else None,
-        "ttft_ms": [round(t, 1) for t in ttfts],
-        "cached_tokens": sum(r["cached_tokens"] or 0 for r in rows),
-        "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
-    }
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -259,9 +260,12 @@ class _RecordColumns(Envelope):
     # empty from a producer older than the field: every request's connect time unknown
     connect_s: list[float | None] = Field(default_factory=list, description="per request; null: connection reused")
 
-    @staticmethod
-    def _columns(records: list[RequestRecord]) -> tuple[dict[str, Any], list[int], list[float], list[int]]:
-        """The scalar columns, and the chunk arrays flattened with each request's offsets."""
+    @classmethod
+    def _packed(
+        cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord], encode: Callable[[ChunkKind, Any], Any]
+    ) -> Self:
+        """The batch: scalar columns, and the chunk arrays flattened with each request's offsets, each array as
+        ``encode`` writes it (base64 text or raw bytes, by form)."""
         offsets = [0]
         times: list[float] = []
         tokens: list[int] = []
@@ -269,8 +273,17 @@ class _RecordColumns(Envelope):
             times.extend(r.chunk_times_s)
             tokens.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times_s) else [1] * len(r.chunk_times_s))
             offsets.append(len(times))
-        columns = {name: [getattr(r, name) for r in records] for name in _SCALAR_COLUMNS}
-        return columns, offsets, times, tokens
+        return cls.model_validate(
+            {
+                "run_id": run_id,
+                "job_id": job_id,
+                "shard": shard,
+                **{name: [getattr(r, name) for r in records] for name in _SCALAR_COLUMNS},
+                "chunk_offsets": encode(OFFSETS_TYPECODE, offsets),
+                "chunk_times": encode(TIMES_TYPECODE, times),
+                "chunk_tokens": encode(COUNTS_TYPECODE, tokens),
+            }
+        )
 
     def _records(self, offsets: list[int], times: list[float], tokens: list[int]) -> list[RequestRecord]:
         connect = self.connect_s or [None] * len(self.request_id)
@@ -316,16 +329,7 @@ class RecordsPacked(_RecordColumns):
 
     @classmethod
     def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsPacked:
-        columns, offsets, times, tokens = cls._columns(records)
-        return cls(
-            run_id=run_id,
-            job_id=job_id,
-            shard=shard,
-            **columns,
-            chunk_offsets=_pack(OFFSETS_TYPECODE, offsets),
-            chunk_times=_pack(TIMES_TYPECODE, times),
-            chunk_tokens=_pack(COUNTS_TYPECODE, tokens),
-        )
+        return cls._packed(run_id, job_id, shard, records, _pack)
 
     def to_records(self) -> list[RequestRecord]:
         return self._records(
@@ -350,16 +354,7 @@ class RecordsBinary(_RecordColumns):
 
     @classmethod
     def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsBinary:
-        columns, offsets, times, tokens = cls._columns(records)
-        return cls(
-            run_id=run_id,
-            job_id=job_id,
-            shard=shard,
-            **columns,
-            chunk_offsets=pack_chunks(OFFSETS_TYPECODE, offsets),
-            chunk_times=pack_chunks(TIMES_TYPECODE, times),
-            chunk_tokens=pack_chunks(COUNTS_TYPECODE, tokens),
-        )
+        return cls._packed(run_id, job_id, shard, records, pack_chunks)
 
     def to_bytes(self) -> bytes:
         lengths = [len(self.chunk_offsets), len(self.chunk_times), len(self.chunk_tokens)]
@@ -370,10 +365,8 @@ class RecordsBinary(_RecordColumns):
     @classmethod
     def from_bytes(cls, body: bytes) -> RecordsBinary:
         """The message from its body; raises ValueError when it is not one (the arrays do not match the head)."""
-        head, rest = split_binary_records(body)
-        a, b = head["binary"][0], head["binary"][0] + head["binary"][1]
-        arrays = {"chunk_offsets": rest[:a], "chunk_times": rest[a:b], "chunk_tokens": rest[b:]}
-        return cls.model_validate({**head, **arrays})
+        head, offsets, times, tokens = split_binary_records(body)
+        return cls.model_validate({**head, "chunk_offsets": offsets, "chunk_times": times, "chunk_tokens": tokens})
 
     def to_records(self) -> list[RequestRecord]:
         return self._records(
@@ -383,9 +376,10 @@ class RecordsBinary(_RecordColumns):
         )
 
 
-def split_binary_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str, Any], bytes]:
-    """A RecordsBinary body as (its JSON head, the arrays' bytes); ``loads``: a faster JSON parser where one is
-    at hand (the reporter's orjson). Raises ValueError when the arrays do not match the head's lengths."""
+def split_binary_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str, Any], bytes, bytes, bytes]:
+    """A RecordsBinary body as (its JSON head, the offsets', times' and tokens' bytes); ``loads``: a faster JSON
+    parser where one is at hand (the reporter's orjson). Raises ValueError when the arrays do not match the head's
+    lengths."""
     cut = body.find(b"\n")
     if cut < 0:
         raise ValueError("binary records: no head line")
@@ -394,7 +388,8 @@ def split_binary_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str
     rest = body[cut + 1 :]
     if not isinstance(sizes, list) or len(sizes) != 3 or sum(sizes) != len(rest):
         raise ValueError("binary records: the arrays do not match the lengths in the head")
-    return head, rest
+    a, b = sizes[0], sizes[0] + sizes[1]
+    return head, rest[:a], rest[a:b], rest[b:]
 
 
 class EngineSampled(Envelope):

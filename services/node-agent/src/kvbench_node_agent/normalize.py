@@ -41,15 +41,18 @@ def _sum(samples: Samples, name: str, **labels: str) -> float | None:
     return total
 
 
-def _bucket(samples: Samples, name: str, le: float) -> float | None:
-    """A histogram bucket's count by its bound as a number (a client may write 0.005 or 5e-03)."""
-    values = [
-        value
-        for key, value in samples.items()
-        if key.partition("{")[0] == name
-        and any(k == "le" and _as_float(v) == le for k, v in _LABELS.findall(key.partition("{")[2]))
-    ]
-    return sum(values) if values else None
+def _buckets(samples: Samples, name: str) -> dict[float, float]:
+    """A histogram's bucket counts by bound as a number (a client may write 0.005 or 5e-03), summed over its other
+    labels; one pass over the samples."""
+    out: dict[float, float] = {}
+    for key, value in samples.items():
+        base, _, rest = key.partition("{")
+        if base != name:
+            continue
+        le = next((_as_float(v) for k, v in _LABELS.findall(rest) if k == "le"), None)
+        if le is not None:
+            out[le] = out.get(le, 0.0) + value
+    return out
 
 
 def _as_float(text: str) -> float | None:
@@ -263,8 +266,9 @@ def _sim_pacing(s: Samples) -> Samples:
     if written is None:
         return {}
     out: Samples = {"sim_tokens_written": written}
+    buckets = _buckets(s, "kvbench_sim_token_lateness_seconds_bucket")
     for bound in SIM_LATE_BOUNDS_US:
-        on_time = _bucket(s, "kvbench_sim_token_lateness_seconds_bucket", bound / 1e6)
+        on_time = buckets.get(bound / 1e6)
         if on_time is not None:
             out[sim_late_counter(bound)] = max(0.0, written - on_time)
     return out

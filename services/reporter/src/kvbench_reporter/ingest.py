@@ -47,11 +47,10 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
     """A record batch body (packed or one JSON object per record) as COPY rows in RECORD_COLUMNS order;
     raises on anything that is not one."""
     if b"\n" in body:  # a JSON head line, then the arrays: the binary form (compact JSON has no raw newline)
-        head, arrays = split_binary_records(body, orjson.loads)
+        head, *arrays = split_binary_records(body, orjson.loads)
         if head.get("schema") != RecordsBinary.SCHEMA:
             raise ValueError(f"not a records batch: {head.get('schema')!r}")
-        a, b = head["binary"][0], head["binary"][0] + head["binary"][1]
-        return _packed_rows(head, arrays[:a], arrays[a:b], arrays[b:])
+        return _packed_rows(head, *arrays)
     raw = orjson.loads(body)
     schema = raw.get("schema")
     if schema == RecordsPacked.SCHEMA:
