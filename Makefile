@@ -15,7 +15,7 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 
-.PHONY: help env tools demo test test-unit test-integration test-e2e lint fmt up down status live bench clean
+.PHONY: help env tools demo test test-unit test-integration test-e2e conformance lint fmt up down status live bench clean
 
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,6 +51,10 @@ test-integration: env ## Integration tests (real NATS and PostgreSQL)
 
 test-e2e: env ## End-to-end tests through every service
 	@$(PY) -m pytest -q -m e2e
+
+conformance: env ## Every rendered recipe through the engines' own parsers, version by version (tools/conformance)
+	@UV=$(abspath $(UV)) $(PY) tools/conformance/install.py
+	@$(PY) tools/conformance/run.py
 
 lint: env ## ruff (lint + format check), mypy --strict, the import rules (import-linter), each service installed alone
 	@$(VENV)/bin/ruff check .

@@ -84,7 +84,7 @@ EXPECTED = {
     "vllm-prefix-gpu": ["--enable-prefix-caching", "--enable-prompt-tokens-details"],
     "vllm-native-cpu-offload": ["--kv-offloading-size 32", "--kv-offloading-backend native"],
     "vllm-native-shared-fs": ['"spec_name":"TieringOffloadingSpec"', '"root_dir":"/mnt/kv"'],
-    "vllm-lmcache-valkey": ["valkey-server", "LMCacheMPConnector", '"type":"valkey"', "--http-port 8180"],
+    "vllm-lmcache-valkey": ["valkey-server", "LMCacheMPConnector", '"type":"resp"', "--http-port 8180"],
     "vllm-lmcache-mooncake": ["mooncake_master", '"type":"mooncake_store"'],
     "vllm-mooncake-store": ["MooncakeStoreConnector", "env MOONCAKE_CONFIG_PATH="],
     "vllm-pd-nixl": ["NixlConnector", "vllm-router", "--vllm-pd-disaggregation", "VLLM_NIXL_SIDE_CHANNEL_PORT"],
@@ -147,3 +147,45 @@ def test_the_lmcache_server_is_scraped_on_its_http_port() -> None:
     for server in servers:
         assert server.metrics == (server.ports["http"], "/metrics")
         assert "--prometheus-port" not in server.argv
+
+
+# What the engines' own code says about the rendered commands (found by the conformance suite, tools/conformance;
+# each is the engine's own refusal or failure, kept here so the fix cannot regress without the engines installed).
+
+
+def _procs(stack: str) -> list[tuple[str, list[str]]]:
+    return [(p.name, p.argv) for procs in render(context(stack)).values() for p in procs]
+
+
+@pytest.mark.parametrize("stack", ["vllm-lmcache-valkey", "trtllm-lmcache-valkey"])
+def test_lmcache_valkey_tier_uses_the_adapter_both_lmcache_versions_register(stack: str) -> None:
+    # LMCache 0.5.1: "unknown adapter type 'valkey'"; 0.5.6: "'valkey': startup_nodes is required"
+    adapters = [
+        json.loads(argv[i + 1])
+        for name, argv in _procs(stack)
+        if name == "lmcache"
+        for i, a in enumerate(argv)
+        if a == "--l2-adapter"
+    ]
+    assert adapters
+    assert all(a["type"] == "resp" for a in adapters)
+    assert all(isinstance(a["host"], str) and a["host"] and isinstance(a["port"], int) for a in adapters)
+
+
+def test_sglang_decode_offload_does_not_enable_the_hierarchical_cache_decode_mode_forbids() -> None:
+    # SGLang 0.5.20/0.5.23: "enable-hierarchical-cache and disable-radix-cache are mutually exclusive" on decode
+    decoders = [argv for _, argv in _procs("sglang-pd-decode-offload") if "decode" in argv]
+    assert decoders
+    for argv in decoders:
+        assert "--disaggregation-decode-enable-offload-kvcache" in argv
+        assert "--enable-hierarchical-cache" not in argv
+        assert "--hicache-storage-backend" in argv  # what decode offload requires instead
+
+
+@pytest.mark.parametrize("stack", ["vllm-pd-lmcache-store", "vllm-pd-nixl-lmcache"])
+def test_lmcache_proxies_listen_beyond_localhost(stack: str) -> None:
+    # the scripts' --host defaults to localhost: prefill engines on another machine could not reach the proxy
+    proxies = [argv for name, argv in _procs(stack) if name == "router"]
+    assert proxies
+    for argv in proxies:
+        assert argv[argv.index("--host") + 1] == "0.0.0.0"

@@ -99,6 +99,8 @@ def test_sglang_trtllm_and_lmcache() -> None:
     s = normalize(sample("sglang_hicache.txt"))
     assert (s["prompt_tokens_gpu"], s["prompt_tokens_host"], s["prompt_tokens_recomputed"]) == (30_000, 20_000, 30_000)
     assert s["kv_bytes_loaded_host"] == 2_949_120_000
+    # SGLang's sglang:num_retracted_reqs is a gauge (2 now); the cumulative count is the _total counter
+    assert s["preemptions"] == 5
     assert engine_kind(sample("trtllm.txt")) == "trtllm"
     assert normalize(sample("trtllm.txt"))["kv_bytes_stored_host"] == 2_000_000
 

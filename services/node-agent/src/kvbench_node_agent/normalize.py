@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, NORMALIZED_GAUGES, SIM_LATE_BOUNDS_US, sim_late_counter
+from kvbench_node_agent import engine_metrics as m
 
 __all__ = ["COUNTERS", "GAUGES", "engine_kind", "normalize"]
 
@@ -88,9 +89,9 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
     """``external``: where the engine's connector brings KV from, for a vLLM that counts those tokens only as
     external (before 0.32 there is no per-source counter); None: it cannot be told, and they stay unattributed."""
     out: Samples = {}
-    prompt = _sum(s, "vllm:prompt_tokens_total")
+    prompt = _sum(s, m.VLLM_PROMPT.total)
     by_source = {
-        src: _sum(s, "vllm:prompt_tokens_cached_by_source_total", source=src)
+        src: _sum(s, m.VLLM_CACHED_BY_SOURCE.total, source=src)
         for src in ("device", "host", "disk", "p2p", "external_unspecified")
     }
     if any(v is not None for v in by_source.values()):
@@ -99,7 +100,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         out["prompt_tokens_disk"] = by_source["disk"] or 0.0
         out["prompt_tokens_transferred"] = by_source["p2p"] or 0.0
         out["prompt_tokens_remote"] = by_source["external_unspecified"] or 0.0
-        transferred = _sum(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+        transferred = _sum(s, m.VLLM_BY_SOURCE.total, source="external_kv_transfer")
         if transferred is not None and not out["prompt_tokens_transferred"]:
             # the cache tiers are named by source: what none of them accounts for came from a prefill engine
             attributed = out["prompt_tokens_host"] + out["prompt_tokens_disk"] + out["prompt_tokens_remote"]
@@ -108,16 +109,16 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         out["prompt_tokens_gpu"] = (
             _first(
                 s,
-                ("vllm:prompt_tokens_by_source_total", {"source": "local_cache_hit"}),
-                ("vllm:prefix_cache_hits_total", {}),
+                (m.VLLM_BY_SOURCE.total, {"source": "local_cache_hit"}),
+                (m.VLLM_PREFIX_HITS.total, {}),
             )
             or 0.0
         )
         # every token a KV connector brought (offload, LMCache, a shared store, a P/D transfer), in one counter
         brought = _first(
             s,
-            ("vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"}),
-            ("vllm:external_prefix_cache_hits_total", {}),
+            (m.VLLM_BY_SOURCE.total, {"source": "external_kv_transfer"}),
+            (m.VLLM_EXTERNAL_HITS.total, {}),
         )
         if brought:
             out[_EXTERNAL_KEYS[external]] = brought
@@ -134,27 +135,27 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
                 "prompt_tokens_external",
             )
         )
-        local = _sum(s, "vllm:prompt_tokens_by_source_total", source="local_compute")
+        local = _sum(s, m.VLLM_BY_SOURCE.total, source="local_compute")
         out["prompt_tokens_recomputed"] = local if local is not None else max(0.0, prompt - cached)
-    _put(out, "kv_bytes_loaded_host", _sum(s, "vllm:kv_offload_load_bytes_total"))
-    _put(out, "kv_bytes_stored_host", _sum(s, "vllm:kv_offload_store_bytes_total"))
-    _put(out, "kv_bytes_loaded_disk", _sum(s, "vllm:kv_offload_tiering_read_bytes_total"))
-    _put(out, "kv_bytes_stored_disk", _sum(s, "vllm:kv_offload_tiering_write_bytes_total"))
+    _put(out, "kv_bytes_loaded_host", _sum(s, m.VLLM_OFFLOAD_LOAD.total))
+    _put(out, "kv_bytes_stored_host", _sum(s, m.VLLM_OFFLOAD_STORE.total))
+    _put(out, "kv_bytes_loaded_disk", _sum(s, m.VLLM_TIER_READ.total))
+    _put(out, "kv_bytes_stored_disk", _sum(s, m.VLLM_TIER_WRITE.total))
     _put(
         out,
         "kv_bytes_transferred",
-        _first(s, ("vllm:nixl_bytes_transferred_sum", {}), ("vllm:mooncake_bytes_transferred_sum", {})),
+        _first(s, (m.VLLM_NIXL_BYTES.sum, {}), (m.VLLM_MOONCAKE_BYTES.sum, {})),
     )
     _put(
         out,
         "kv_transfers",
-        _first(s, ("vllm:nixl_bytes_transferred_count", {}), ("vllm:mooncake_bytes_transferred_count", {})),
+        _first(s, (m.VLLM_NIXL_BYTES.count, {}), (m.VLLM_MOONCAKE_BYTES.count, {})),
     )
     # vLLM labels the store's operations load_get / save_put (and save_exists / lookup_exists, which move no KV)
-    _put(out, "kv_bytes_loaded_remote", _sum_any(s, "vllm:mooncake_store_operation_bytes_total", "load_get", "get"))
-    _put(out, "kv_bytes_stored_remote", _sum_any(s, "vllm:mooncake_store_operation_bytes_total", "save_put", "put"))
-    _put(out, "preemptions", _sum(s, "vllm:num_preemptions_total"))
-    _put(out, "kv_usage", _sum(s, "vllm:kv_cache_usage_perc"))
+    _put(out, "kv_bytes_loaded_remote", _sum_any(s, m.VLLM_STORE_BYTES.total, "load_get", "get"))
+    _put(out, "kv_bytes_stored_remote", _sum_any(s, m.VLLM_STORE_BYTES.total, "save_put", "put"))
+    _put(out, "preemptions", _sum(s, m.VLLM_PREEMPTIONS.total))
+    _put(out, "kv_usage", _sum(s, m.VLLM_KV_USAGE.family))
     return out
 
 
@@ -165,24 +166,24 @@ def _sglang(s: Samples) -> Samples:
         ("host", "prompt_tokens_host"),
         ("storage", "prompt_tokens_remote"),
     ):
-        _put(out, key, _sum(s, "sglang:cached_tokens_total", cache_source=src))
-    prompt = _sum(s, "sglang:prompt_tokens_total")
+        _put(out, key, _sum(s, m.SGLANG_CACHED.total, cache_source=src))
+    prompt = _sum(s, m.SGLANG_PROMPT.total)
     if prompt is not None:
         out["prompt_tokens"] = prompt
-        total = _sum(s, "sglang:cached_tokens_total", cache_source="total")
+        total = _sum(s, m.SGLANG_CACHED.total, cache_source="total")
         cached = (
             total
             if total is not None
             else sum(out.get(k, 0.0) for k in ("prompt_tokens_gpu", "prompt_tokens_host", "prompt_tokens_remote"))
         )
         out["prompt_tokens_recomputed"] = max(0.0, prompt - cached)
-    _put(out, "kv_bytes_loaded_host", _sum(s, "sglang:load_back_bytes_total"))
-    _put(out, "kv_bytes_stored_host", _sum(s, "sglang:hicache_backup_bytes_total"))
-    mb = _sum(s, "sglang:kv_transfer_total_mb_sum")
+    _put(out, "kv_bytes_loaded_host", _sum(s, m.SGLANG_LOAD_BACK.total))
+    _put(out, "kv_bytes_stored_host", _sum(s, m.SGLANG_BACKUP.total))
+    mb = _sum(s, m.SGLANG_TRANSFER_MB.sum)
     _put(out, "kv_bytes_transferred", mb * 1e6 if mb is not None else None)
-    _put(out, "kv_transfers", _sum(s, "sglang:kv_transfer_total_mb_count"))
-    _put(out, "preemptions", _sum(s, "sglang:num_retracted_reqs"))
-    _put(out, "kv_usage", _sum(s, "sglang:token_usage"))
+    _put(out, "kv_transfers", _sum(s, m.SGLANG_TRANSFER_MB.count))
+    _put(out, "preemptions", _sum(s, m.SGLANG_RETRACTED.total))
+    _put(out, "kv_usage", _sum(s, m.SGLANG_TOKEN_USAGE.family))
     return out
 
 

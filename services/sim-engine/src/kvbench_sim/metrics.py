@@ -189,6 +189,8 @@ class SglangMetrics:
         self.running = Gauge("sglang:num_running_reqs", "Requests running", labels, registry=r)
         self.waiting = Gauge("sglang:num_queue_reqs", "Requests queued", labels, registry=r)
         self.retracted = Gauge("sglang:num_retracted_reqs", "Requests retracted (preempted)", labels, registry=r)
+        # SGLang's counter of the same (sglang:num_retracted_requests_total); the gauge above is not cumulative
+        self.retracted_total = Counter("sglang:num_retracted_requests", "Requests retracted", labels, registry=r)
         self.capacity = Gauge("sglang:max_total_num_tokens", "KV pool size, tokens", labels, registry=r)
         self.load_back = Counter("sglang:load_back_bytes", "Bytes loaded back from the host tier", labels, registry=r)
         self.backup = Counter("sglang:hicache_backup_bytes", "Bytes backed up to the host tier", labels, registry=r)
@@ -236,3 +238,4 @@ class SglangMetrics:
         self.running.labels(*lv).set(len(engine.running))
         self.waiting.labels(*lv).set(len(engine.waiting))
         self.retracted.labels(*lv).set(c.preemptions)
+        self.retracted_total.labels(*lv).inc(self._step("retracted", c.preemptions))

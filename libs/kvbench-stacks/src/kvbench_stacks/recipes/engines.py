@@ -126,10 +126,15 @@ def trtllm(ctx: RenderContext, slot: EngineSlot, config: dict[str, Any]) -> Proc
     )
 
 
-def hicache_args(ctx: RenderContext) -> list[str]:
-    """SGLang's hierarchical cache over host memory (host_memory_gb), written through (stacks.md 2.2)."""
+def hicache_args(ctx: RenderContext, *, enable: bool = True) -> list[str]:
+    """SGLang's hierarchical cache over host memory (host_memory_gb), written through (stacks.md 2.2).
+
+    ``enable=False``: its sizing only, for a P/D decode engine offloading KV: decode mode turns the radix cache off,
+    and SGLang refuses --enable-hierarchical-cache with it ("enable-hierarchical-cache and disable-radix-cache are
+    mutually exclusive", SGLang 0.5.20 and 0.5.23); --disaggregation-decode-enable-offload-kvcache alone turns
+    the host pool on."""
     return [
-        "--enable-hierarchical-cache",
+        *(["--enable-hierarchical-cache"] if enable else []),
         "--hicache-size",
         f"{float(ctx.sizing.get('host_memory_gb') or 0):g}",
         "--hicache-write-policy",

@@ -65,6 +65,14 @@ def mooncake_master(ctx: RenderContext, http_metadata: bool = False) -> ProcessS
     )
 
 
+def valkey_l2_adapter(ctx: RenderContext) -> dict[str, Any]:
+    """The LMCache server's L2 adapter for the pool's Valkey: LMCache's RESP adapter (the Redis protocol Valkey
+    speaks), which LMCache 0.5.1 and 0.5.6 both register with these fields. Its "valkey" adapter is newer (absent in
+    0.5.1: "unknown adapter type 'valkey'") and takes `startup_nodes`, not host and port (0.5.6 refused our old
+    form: "startup_nodes is required"); the conformance suite runs both versions' own parsers on this."""
+    return {"type": "resp", "host": host_of(ctx, 0), "port": PORTS["valkey"]}
+
+
 # the LMCache server flags kvbench sets from the plan (ports, chunk size, tiers): a plan's cache_server_args may not
 LMCACHE_SERVER_OWN_FLAGS = frozenset(
     {"host", "port", "chunk-size", "l1-size-gb", "http-host", "http-port", "prometheus-port", "l2-adapter"}
@@ -188,11 +196,17 @@ def vllm_pd_router(
 def lmcache_pd_proxy(
     ctx: RenderContext, script: str, prefill: EngineSlot, decode: EngineSlot, extra: list[str], ports: dict[str, int]
 ) -> ProcessSpec:
-    """LMCache's P/D proxy (an example script of the LMCache repository) on the head machine."""
+    """LMCache's P/D proxy (an example script of the LMCache repository) on the head machine.
+
+    Both scripts bind --host, default "localhost" (LMCache examples/disagg_prefill{,_mp}/disagg_proxy_server.py,
+    parse_args), and disagg_prefill_mp serves the prefill engines' telemetry posts on the same host: bound to
+    localhost, the posts from another machine are refused and every request waits for them forever."""
     examples = str(ctx.engine.args.get("lmcache_examples") or "/opt/lmcache/examples")
     argv = [
         "python3",
         f"{examples}/{script}",
+        "--host",
+        "0.0.0.0",
         "--port",
         str(PORTS["router"]),
         "--prefiller-host",

@@ -115,7 +115,7 @@ def sglang_pd_offload(ctx: RenderContext) -> Machines:  # stacks.md 2.6
         "mooncake",
         decode_extra=[
             "--disaggregation-decode-enable-offload-kvcache",
-            *hicache_args(ctx),
+            *hicache_args(ctx, enable=False),
             "--hicache-storage-backend",
             "mooncake",
             "--hicache-storage-backend-extra-config",

@@ -20,6 +20,7 @@ from kvbench_stacks.recipes.servers import (
     lmcache_tiers,
     router_process,
     valkey,
+    valkey_l2_adapter,
     with_lmcache_servers,
 )
 
@@ -82,7 +83,7 @@ def trtllm_pd(ctx: RenderContext) -> Machines:  # stacks.md 3, disaggregated ove
 @recipe("trtllm-lmcache-valkey")
 def trtllm_lmcache_valkey(ctx: RenderContext) -> Machines:  # stacks.md 3, LMCache with Valkey
     l1, l2 = lmcache_tiers(ctx)
-    l2.append({"type": "valkey", "host": host_of(ctx, 0), "port": PORTS["valkey"]})
+    l2.append(valkey_l2_adapter(ctx))
     out = place(
         engine_slots(ctx, False),
         lambda s: trtllm(

@@ -10,14 +10,12 @@ from kvbench_stacks.recipes.common import (
     engine_slots,
     engines_per_machine,
     head_first,
-    host_of,
     kv_transfer_config,
     offload_bytes,
     place,
 )
 from kvbench_stacks.recipes.engines import vllm
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
-from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
 from kvbench_stacks.recipes.servers import (
     lmcache_mooncake_l2,
@@ -27,6 +25,7 @@ from kvbench_stacks.recipes.servers import (
     mooncake_master_address,
     mooncake_transport,
     valkey,
+    valkey_l2_adapter,
     with_lmcache_servers,
 )
 
@@ -80,7 +79,7 @@ def vllm_shared_fs(ctx: RenderContext) -> Machines:  # stacks.md 1.3
 @recipe("vllm-lmcache-valkey")
 def vllm_lmcache_valkey(ctx: RenderContext) -> Machines:  # stacks.md 1.4 with the product's LMCache server
     l1, l2 = lmcache_tiers(ctx)
-    l2.append({"type": "valkey", "host": host_of(ctx, 0), "port": PORTS["valkey"]})
+    l2.append(valkey_l2_adapter(ctx))
     out = with_lmcache_servers(
         ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector())), l2, l1
     )

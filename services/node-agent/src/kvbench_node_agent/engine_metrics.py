@@ -1,0 +1,96 @@
+"""Every engine series the normaliser reads, with the type and the versions the engine's own code gives it.
+
+One place for the names: normalize.py reads through these, and the conformance suite (tools/conformance) checks each
+against the metric definitions in the engine's installed package, version by version (a name the engine does not
+define at a version it is claimed for, or a gauge read as a counter, fails it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["READS", "MetricRead", "reads_of", "version_tuple"]
+
+Kind = Literal["counter", "gauge", "histogram"]
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("+", maxsplit=1)[0].split(".") if p.isdigit())
+
+
+@dataclass(frozen=True)
+class MetricRead:
+    engine: str  # vllm | sglang
+    family: str  # the name the engine defines (prometheus_client adds _total to a counter's sample)
+    kind: Kind
+    use: str
+    since: str | None = None  # the first checked version that defines it (older ones do not)
+
+    @property
+    def total(self) -> str:
+        """The sample a counter is exposed as (a family that already ends in _total keeps one)."""
+        return self.family if self.family.endswith("_total") else f"{self.family}_total"
+
+    @property
+    def sum(self) -> str:
+        return f"{self.family}_sum"
+
+    @property
+    def count(self) -> str:
+        return f"{self.family}_count"
+
+    def defined_at(self, version: str) -> bool:
+        return self.since is None or version_tuple(version) >= version_tuple(self.since)
+
+
+READS: list[MetricRead] = []
+
+
+def _read(engine: str, family: str, kind: Kind, use: str, since: str | None = None) -> MetricRead:
+    read = MetricRead(engine, family, kind, use, since)
+    READS.append(read)
+    return read
+
+
+def reads_of(engine: str) -> list[MetricRead]:
+    return [r for r in READS if r.engine == engine]
+
+
+# vLLM (vllm/v1/metrics/loggers.py, the KV connectors' metrics modules, vllm/v1/kv_offload)
+VLLM_PROMPT = _read("vllm", "vllm:prompt_tokens", "counter", "prompt_tokens")
+# not in 0.25.1/0.28.0, defined in 0.33.0 (by source: device/host/disk/p2p/external_unspecified)
+VLLM_CACHED_BY_SOURCE = _read(
+    "vllm", "vllm:prompt_tokens_cached_by_source", "counter", "cache hits by tier", since="0.33.0"
+)
+VLLM_BY_SOURCE = _read("vllm", "vllm:prompt_tokens_by_source", "counter", "local hits, connector hits, recompute")
+VLLM_PREFIX_HITS = _read("vllm", "vllm:prefix_cache_hits", "counter", "GPU prefix-cache hits (older vLLM)")
+VLLM_EXTERNAL_HITS = _read("vllm", "vllm:external_prefix_cache_hits", "counter", "connector hits (older vLLM)")
+VLLM_OFFLOAD_LOAD = _read("vllm", "vllm:kv_offload_load_bytes", "counter", "bytes loaded from host memory")
+VLLM_OFFLOAD_STORE = _read("vllm", "vllm:kv_offload_store_bytes", "counter", "bytes stored to host memory")
+# the offload connector's disk tiering: not in 0.25.1, defined from 0.28.0
+VLLM_TIER_READ = _read(
+    "vllm", "vllm:kv_offload_tiering_read_bytes", "counter", "bytes read from the disk tier", since="0.28.0"
+)
+VLLM_TIER_WRITE = _read(
+    "vllm", "vllm:kv_offload_tiering_write_bytes", "counter", "bytes written to the disk tier", since="0.28.0"
+)
+VLLM_NIXL_BYTES = _read("vllm", "vllm:nixl_bytes_transferred", "histogram", "P/D bytes and transfers (NIXL)")
+# the Mooncake P/D connector's own transfer histogram: not in 0.25.1/0.28.0, defined in 0.33.0
+VLLM_MOONCAKE_BYTES = _read(
+    "vllm", "vllm:mooncake_bytes_transferred", "histogram", "P/D bytes and transfers (Mooncake)", since="0.33.0"
+)
+# operations load_get / save_put (and save_exists / lookup_exists, which move no KV)
+VLLM_STORE_BYTES = _read("vllm", "vllm:mooncake_store_operation_bytes_total", "counter", "remote store bytes")
+VLLM_PREEMPTIONS = _read("vllm", "vllm:num_preemptions", "counter", "preemptions")
+VLLM_KV_USAGE = _read("vllm", "vllm:kv_cache_usage_perc", "gauge", "GPU KV usage")
+
+# SGLang (sglang/srt/observability/metrics_collector.py)
+SGLANG_CACHED = _read("sglang", "sglang:cached_tokens_total", "counter", "hits by cache_source device/host/storage")
+SGLANG_PROMPT = _read("sglang", "sglang:prompt_tokens_total", "counter", "prompt_tokens")
+SGLANG_LOAD_BACK = _read("sglang", "sglang:load_back_bytes_total", "counter", "bytes loaded back from host memory")
+SGLANG_BACKUP = _read("sglang", "sglang:hicache_backup_bytes_total", "counter", "bytes backed up to host memory")
+SGLANG_TRANSFER_MB = _read("sglang", "sglang:kv_transfer_total_mb", "histogram", "P/D megabytes and transfers")
+# a counter of retracted requests; sglang:num_retracted_reqs is a gauge (the requests retracted now)
+SGLANG_RETRACTED = _read("sglang", "sglang:num_retracted_requests_total", "counter", "preemptions")
+SGLANG_TOKEN_USAGE = _read("sglang", "sglang:token_usage", "gauge", "GPU KV usage")

@@ -1,0 +1,90 @@
+"""Run inside an LMCache environment: every `lmcache server` command through LMCache's own CLI, up to the moment it
+would start serving (the launch function is replaced by one that keeps the configs it was given), and every
+in-process LMCache config file through LMCache's own config loader.
+
+Cases from the JSON file named first ([{"id", "kind": "server"|"config", "argv" | "text"}]); one result per case
+to the file named second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import traceback
+from typing import Any
+
+LAUNCHERS = ("lmcache.v1.multiprocess.http_server", "run_http_server")
+
+
+class _Launched(Exception):
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        self.kwargs = kwargs
+
+
+def _capture(*args: Any, **kwargs: Any) -> None:
+    raise _Launched(kwargs)
+
+
+def check_server(argv: list[str]) -> dict[str, object]:
+    import importlib
+
+    import lmcache.cli.commands as commands
+
+    module = importlib.import_module(LAUNCHERS[0])
+    setattr(module, LAUNCHERS[1], _capture)
+    tokens = ["server", *argv]
+    parser = argparse.ArgumentParser(prog="lmcache")
+    subparsers = parser.add_subparsers(dest="command")
+    if hasattr(commands, "register_commands"):  # 0.5.6
+        commands.register_commands(subparsers, tokens)
+    else:  # 0.5.1: lmcache/cli/main.py registers ALL_COMMANDS
+        for command in commands.ALL_COMMANDS:
+            command.register(subparsers)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args(tokens)
+        args.func(args)
+    except _Launched as launched:
+        return {"ok": True, "resolved": {k: repr(v)[:400] for k, v in launched.kwargs.items()}}
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        return {"ok": False, "error": "argument parser: " + (lines[-1] if lines else "exited")}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-12)}
+    return {"ok": False, "error": "lmcache server returned without launching"}
+
+
+def check_config(text: str) -> dict[str, object]:
+    from lmcache.v1.config import LMCacheEngineConfig
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(text)
+    try:
+        config = LMCacheEngineConfig.from_file(f.name)
+        if hasattr(config, "validate"):
+            config.validate()
+        return {"ok": True, "resolved": {"config": repr(config)[:600]}}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-12)}
+    finally:
+        os.unlink(f.name)
+
+
+def main() -> None:
+    results = []
+    for case in json.loads(open(sys.argv[1]).read()):
+        with contextlib.redirect_stdout(sys.stderr):
+            result = check_server(case["argv"]) if case["kind"] == "server" else check_config(case["text"])
+        results.append({"id": case["id"], **result})
+    with open(sys.argv[2], "w") as out:
+        json.dump(results, out)
+
+
+if __name__ == "__main__":
+    main()

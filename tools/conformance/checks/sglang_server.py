@@ -1,0 +1,79 @@
+"""Run inside an SGLang environment: every `python3 -m sglang.launch_server` command through SGLang's own
+`prepare_server_args` (its parser, then ServerArgs and the resolution its __post_init__ runs), on the CPU device.
+
+Usage: python sglang_server.py CASES.json RESULTS.json
+(cases: [{"id", "argv", "rdma_devices"}], the model a local directory, the devices those the pool declares)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import traceback
+
+IB_SYSFS = "/sys/class/infiniband"
+
+
+def present_host_devices(devices: list[str]) -> None:
+    """SGLang checks --disaggregation-ib-device against the RDMA devices in the host's sysfs. This machine is not the
+    pool's host: it is shown the devices the pool declares (network.rdma_device), and SGLang's own check still
+    decides whether the rendered flag names them correctly. Nothing else in sysfs is touched."""
+    real_isdir, real_listdir = os.path.isdir, os.listdir
+
+    def isdir(path: object) -> bool:
+        return True if path == IB_SYSFS else real_isdir(path)  # type: ignore[arg-type]
+
+    def listdir(path: object = ".") -> list[str]:
+        return list(devices) if path == IB_SYSFS else real_listdir(path)  # type: ignore[arg-type]
+
+    os.path.isdir, os.listdir = isdir, listdir  # type: ignore[assignment]
+
+
+def check(argv: list[str]) -> dict[str, object]:
+    from sglang.srt.server_args import prepare_server_args
+
+    if "--device" not in argv:
+        argv = [*argv, "--device", "cpu"]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = prepare_server_args(argv)
+        resolve = getattr(args, "resolve_once", None)  # from 0.5.2x the launcher resolves, not __post_init__
+        if resolve is not None:
+            resolve()
+        check_args = getattr(args, "check_server_args", None)
+        if check_args is not None:
+            check_args()
+        keep = (
+            "disaggregation_mode",
+            "enable_hierarchical_cache",
+            "disable_radix_cache",
+            "hicache_storage_backend",
+            "page_size",
+            "hicache_size",
+            "hicache_write_policy",
+        )
+        return {"ok": True, "resolved": {k: repr(getattr(args, k, None)) for k in keep}}
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        return {"ok": False, "error": "argument parser: " + (lines[-1] if lines else "exited")}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-40)}
+
+
+def main() -> None:
+    results = []
+    cases = json.loads(open(sys.argv[1]).read())
+    present_host_devices(sorted({d for c in cases for d in c.get("rdma_devices", [])}))
+    for case in cases:
+        with contextlib.redirect_stdout(sys.stderr):
+            results.append({"id": case["id"], **check(case["argv"])})
+    with open(sys.argv[2], "w") as out:
+        json.dump(results, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Run inside a vLLM environment: every `vllm serve` command through vLLM's own CLI parser and config resolution.
+
+Reads cases from the JSON file named first ([{"id", "argv", "env"}], argv after `vllm serve`, the model replaced
+by a local directory holding its config.json) and writes one result per case to the file named second (vLLM logs to
+stdout). Stdlib and vLLM only: imported by nothing; the conformance runner executes it with the engine's Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import traceback
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    """The parser `vllm serve` builds (vllm/entrypoints/cli/serve.py: a `serve` subparser given to
+    make_arg_parser, which adds the positional model_tag), without importing the API server itself."""
+    try:
+        from vllm.entrypoints.common.cli_args import make_arg_parser  # 0.33
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef]
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older layouts
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef,attr-defined]
+    top = FlexibleArgumentParser(prog="vllm")
+    subparsers = top.add_subparsers(dest="subparser")
+    make_arg_parser(subparsers.add_parser("serve"))
+    return top
+
+
+def _validator() -> object:
+    for module in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args"):
+        try:
+            return getattr(__import__(module, fromlist=["x"]), "validate_parsed_serve_args", None)
+        except ImportError:
+            continue
+    return None
+
+
+def _use_cpu_platform() -> None:
+    """What a CPU build of vLLM resolves to by itself (its version says "cpu"); a CUDA build on a machine without a
+    GPU finds no platform (vLLM 0.25.1: "Failed to infer device type"), so the CPU one is set before anything asks."""
+    import vllm.platforms as platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    platforms._current_platform = CpuPlatform()
+
+
+def _connector_names(config: object) -> list[str]:
+    names: list[str] = []
+    kv = getattr(config, "kv_transfer_config", None)
+    if kv is None or not getattr(kv, "kv_connector", None):
+        return names
+    names.append(kv.kv_connector)
+    if kv.kv_connector == "MultiConnector":
+        for sub in (kv.kv_connector_extra_config or {}).get("connectors", []):
+            names.append(sub.get("kv_connector", ""))
+    return names
+
+
+def check(argv: list[str], env: dict[str, str]) -> dict[str, object]:
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(log):
+            args = _serve_parser().parse_args(["serve", *argv])
+        if getattr(args, "model_tag", None):
+            args.model = args.model_tag
+        validate = _validator()
+        if validate is not None:
+            validate(args)
+        config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
+        unknown = [n for n in _connector_names(config) if n not in KVConnectorFactory._registry]
+        if unknown:
+            return {
+                "ok": False,
+                "error": f"unknown KV connector(s) {unknown}; vLLM registers {sorted(KVConnectorFactory._registry)}",
+            }
+        return {"ok": True, "resolved": {"kv_transfer": str(getattr(config, "kv_transfer_config", None))}}
+    except SystemExit:
+        return {
+            "ok": False,
+            "error": "argument parser: " + log.getvalue().strip().splitlines()[-1]
+            if log.getvalue().strip()
+            else "argument parser exited",
+        }
+    except Exception as exc:  # the engine's own error is the finding
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-12)}
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def main() -> None:
+    cases = json.loads(open(sys.argv[1]).read())
+    _use_cpu_platform()
+    results = []
+    for case in cases:
+        with contextlib.redirect_stdout(sys.stderr):
+            result = check(case["argv"], case.get("env", {}))
+        results.append({"id": case["id"], **result})
+    with open(sys.argv[2], "w") as out:
+        json.dump(results, out)
+
+
+if __name__ == "__main__":
+    main()

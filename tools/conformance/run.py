@@ -1,0 +1,232 @@
+"""The conformance suite: every rendered command and config file of every catalog stack fed to the engine's own
+parser and config resolution, in the engine's own environment (built by install.py), version by version.
+
+Usage: python tools/conformance/run.py [ENV ...]        (exit 1 on any mismatch or incomplete environment)
+A failure the suite expects (known.toml) is reported as known; one that no longer fails is reported too, so the
+list cannot go stale. Results: .kvbench/conformance/report.json.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from cases import NETWORK as DEVICES  # noqa: E402
+from cases import Case, cases  # noqa: E402
+from install import ENVS_DIR, load_spec, python_of  # noqa: E402
+
+MODEL_DIR = ENVS_DIR / "models"
+CHECKS = HERE / "checks"
+# the engine-side scripts by check name; each reads a case file and writes a results file
+SCRIPTS: dict[str, list[str]] = {
+    "vllm": ["vllm_serve.py"],
+    "sglang": ["sglang_server.py"],
+    "lmcache": ["lmcache_server.py"],
+    "vllm-router": ["router.py", "vllm_router"],
+    "sglang-router": ["router.py", "sglang_router"],
+}
+_MISSING = re.compile(r"No module named '([^']+)'")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    env: str
+    check: str
+    version: str
+    case: str
+    ok: bool
+    error: str
+    known: str | None = None  # why the failure is expected
+
+
+def _local_model(model: str) -> str:
+    """A directory holding only the model's config.json (tools/conformance/models), the engines' model argument."""
+    name = model.rsplit("/", 1)[-1]
+    source = HERE / "models" / name / "config.json"
+    target = MODEL_DIR / name
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_text(source.read_text())
+    return str(target)
+
+
+def inputs(check: str, all_cases: list[Case]) -> list[dict[str, object]]:
+    model = _local_model("Qwen/Qwen3-8B")
+
+    def argv(c: Case) -> list[str]:
+        return [model if a == "Qwen/Qwen3-8B" else a for a in c.argv]
+
+    if check == "vllm":
+        return [
+            {"id": c.id, "argv": argv(c), "env": {k: v for k, v in c.env.items() if k != "CUDA_VISIBLE_DEVICES"}}
+            for c in all_cases
+            if c.program == "vllm"
+        ]
+    if check == "lmcache":
+        out: list[dict[str, object]] = [
+            {"id": c.id, "kind": "server", "argv": c.argv} for c in all_cases if c.program == "lmcache"
+        ]
+        out += [
+            {"id": f"{c.id}/{name}", "kind": "config", "text": text}
+            for c in all_cases
+            for name, text in c.files.items()
+            if name.startswith("lmcache")
+        ]
+        return out
+    if check == "sglang":
+        devices = [str(DEVICES["rdma_device"])]
+        return [{"id": c.id, "argv": argv(c), "rdma_devices": devices} for c in all_cases if c.program == check]
+    return [{"id": c.id, "argv": argv(c)} for c in all_cases if c.program == check]
+
+
+def load_known() -> list[dict[str, str]]:
+    path = HERE / "known.toml"
+    return list(tomllib.loads(path.read_text()).get("mismatch", [])) if path.exists() else []
+
+
+def _known_reason(known: list[dict[str, str]], check: str, version: str, case: str, error: str) -> str | None:
+    for k in known:
+        if (
+            k["check"] == check
+            and fnmatch.fnmatch(version, k.get("version", "*"))
+            and fnmatch.fnmatch(case, k["case"])
+            and k.get("error", "") in error
+        ):
+            return k["why"]
+    return None
+
+
+def run_env(env: str, checks: dict[str, str], all_cases: list[Case], known: list[dict[str, str]]) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    work = ENVS_DIR / "work" / env
+    work.mkdir(parents=True, exist_ok=True)
+    for check, version in checks.items():
+        cases_in = inputs(check, all_cases)
+        if not cases_in:
+            continue
+        cases_path, results_path, log_path = (
+            work / f"{check}.json",
+            work / f"{check}.results.json",
+            work / f"{check}.log",
+        )
+        cases_path.write_text(json.dumps(cases_in))
+        results_path.unlink(missing_ok=True)
+        script, *extra = SCRIPTS[check]
+        started = time.monotonic()
+        with log_path.open("w") as log:
+            proc = subprocess.run(
+                [str(python_of(env)), str(CHECKS / script), *extra, str(cases_path), str(results_path)],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"}, check=False,
+            )  # fmt: skip
+        if proc.returncode != 0 or not results_path.exists():
+            tail = log_path.read_text().strip().splitlines()[-3:]
+            outcomes += [Outcome(env, check, version, str(c["id"]), False, "checker crashed: " + " | ".join(tail))
+                         for c in cases_in]  # fmt: skip
+            continue
+        for r in json.loads(results_path.read_text()):
+            error = str(r.get("error", ""))
+            known_why = None if r["ok"] else _known_reason(known, check, version, r["id"], error)
+            outcomes.append(Outcome(env, check, version, r["id"], bool(r["ok"]), error, known_why))
+        passed = sum(o.ok for o in outcomes if o.env == env and o.check == check)
+        print(f"  {env:16} {check:14} {version:8} {passed:3}/{len(cases_in):<3} passed  "
+              f"({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
+    return outcomes
+
+
+def metric_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
+    """Every series the normaliser reads for an engine, against the metrics the installed package defines: absent at
+    a version it is claimed for, present where the registry says it is not yet, or of another type, is a mismatch."""
+    from kvbench_node_agent.engine_metrics import reads_of
+
+    outcomes: list[Outcome] = []
+    for engine in ("vllm", "sglang"):
+        version = checks.get(engine)
+        if version is None:
+            continue
+        package = next((ENVS_DIR / env / "lib").glob(f"python3*/site-packages/{engine}"))
+        out = ENVS_DIR / "work" / env / f"{engine}.metrics.json"
+        subprocess.run([sys.executable, str(CHECKS / "metric_names.py"), str(package), str(out), f"{engine}:"],
+                       check=True)  # fmt: skip
+        found = json.loads(out.read_text())
+        defined: dict[str, dict[str, object]] = found["defined"]
+        names = set(defined) | set(found["mentioned"])
+        patterns = [re.compile(p + "$") for p in found["patterns"]]
+        for read in reads_of(engine):
+            # prometheus_client strips a counter's _total and adds it back: either spelling defines the family
+            spellings = {read.family, read.family.removesuffix("_total"), read.total}
+            present = bool(spellings & names) or any(p.match(sp) for p in patterns for sp in spellings)
+            kind = next((str(defined[sp]["type"]) for sp in spellings if sp in defined), None)
+            error = ""
+            if read.defined_at(version) and not present:
+                error = f"{read.family} ({read.use}) is not defined by {engine} {version}"
+            elif not read.defined_at(version) and present:
+                error = f"{read.family} is defined by {engine} {version}: its `since` ({read.since}) is wrong"
+            elif kind is not None and present and kind != read.kind:
+                error = f"{read.family} is a {kind} in {engine} {version}, read as a {read.kind}"
+            outcomes.append(Outcome(env, "metrics", version, f"{engine}/{read.family}", not error, error))
+        passed = sum(o.ok for o in outcomes if o.case.startswith(engine))
+        print(f"  {env:16} {'metrics':14} {version:8} {passed:3}/{len(reads_of(engine)):<3} series read as defined")
+    return outcomes
+
+
+def stale_known(known: list[dict[str, str]], outcomes: list[Outcome]) -> list[dict[str, str]]:
+    """Known mismatches that matched nothing this run: fixed (or renamed), so known.toml must lose them."""
+    stale = []
+    for k in known:
+        hits = [o for o in outcomes if o.check == k["check"] and fnmatch.fnmatch(o.version, k.get("version", "*"))
+                and fnmatch.fnmatch(o.case, k["case"])]  # fmt: skip
+        if hits and all(o.ok for o in hits):
+            stale.append(k)
+    return stale
+
+
+def main() -> int:
+    spec = load_spec()
+    wanted = sys.argv[1:] or list(spec)
+    all_cases = cases()
+    known = load_known()
+    started = time.monotonic()
+    print(f"conformance: {len(all_cases)} rendered processes of the catalog's stacks, {len(wanted)} environments")
+    outcomes: list[Outcome] = []
+    for env in wanted:
+        if not python_of(env).exists():
+            print(f"conformance env {env} is not built: run `make conformance` (or tools/conformance/install.py)")
+            return 1
+        outcomes += run_env(env, dict(spec[env]["checks"]), all_cases, known)  # type: ignore[call-overload]
+        outcomes += metric_outcomes(env, dict(spec[env]["checks"]))  # type: ignore[call-overload]
+    failures = [o for o in outcomes if not o.ok and o.known is None]
+    missing = sorted({m for o in failures for m in _MISSING.findall(o.error)})
+    by_error: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for o in failures:
+        by_error[(o.check, o.version, o.error.splitlines()[0][:400] if o.error else "")].append(o.case)
+    for (check, version, error), ids in sorted(by_error.items()):
+        print(f"\nMISMATCH {check} {version}: {error}\n  " + "\n  ".join(sorted(ids)))
+    knowns = [o for o in outcomes if not o.ok and o.known is not None]
+    if knowns:
+        print(f"\n{len(knowns)} known mismatches (known.toml): " + "; ".join(sorted({o.known or "" for o in knowns})))
+    stale = stale_known(known, outcomes)
+    for k in stale:
+        print(f"\nFIXED but still listed in known.toml: {k['check']} {k.get('version', '*')} {k['case']}")
+    if missing:
+        print(f"\nthe environments lack modules the engines import: {missing}; add their packages to envs.toml")
+    report = {"outcomes": [o.__dict__ for o in outcomes], "seconds": round(time.monotonic() - started, 1)}
+    (ENVS_DIR / "report.json").write_text(json.dumps(report, indent=1))
+    total = len(outcomes)
+    print(f"\nconformance: {sum(o.ok for o in outcomes)} of {total} checks passed, {len(knowns)} known, "
+          f"{len(failures)} mismatched, in {time.monotonic() - started:.0f} s")  # fmt: skip
+    return 1 if failures or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
