@@ -180,6 +180,29 @@ def metric_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
     return outcomes
 
 
+def catalog_outcomes(spec: dict[str, dict[str, object]], outcomes: list[Outcome]) -> list[Outcome]:
+    """The catalog's validated_on must be exactly the engine versions on which every process of the stack passed
+    (its engine's and, in the same environment, its LMCache's and router's checks)."""
+    from kvbench_stacks.catalog import CATALOG
+
+    out: list[Outcome] = []
+    for stack in CATALOG.values():
+        passed = set()
+        for env, env_spec in spec.items():
+            version = dict(env_spec["checks"]).get(stack.engine)  # type: ignore[call-overload]
+            mine = [o for o in outcomes if o.env == env and o.case.startswith(f"{stack.id}/")]
+            if version and any(o.check == stack.engine for o in mine) and all(o.ok or o.known for o in mine):
+                passed.add(f"{stack.engine} {version}")
+        claimed = set(stack.validated_on)
+        error = (
+            ""
+            if claimed == passed
+            else f"catalog.yaml says validated_on {sorted(claimed)}, the engines' code accepted {sorted(passed)}"
+        )
+        out.append(Outcome("catalog", "catalog", "-", stack.id, not error, error))
+    return out
+
+
 def stale_known(known: list[dict[str, str]], outcomes: list[Outcome]) -> list[dict[str, str]]:
     """Known mismatches that matched nothing this run: fixed (or renamed), so known.toml must lose them."""
     stale = []
@@ -205,6 +228,8 @@ def main() -> int:
             return 1
         outcomes += run_env(env, dict(spec[env]["checks"]), all_cases, known)  # type: ignore[call-overload]
         outcomes += metric_outcomes(env, dict(spec[env]["checks"]))  # type: ignore[call-overload]
+    if set(wanted) == set(spec):  # what validated_on claims can only be checked against every environment
+        outcomes += catalog_outcomes(spec, outcomes)
     failures = [o for o in outcomes if not o.ok and o.known is None]
     missing = sorted({m for o in failures for m in _MISSING.findall(o.error)})
     by_error: dict[tuple[str, str, str], list[str]] = defaultdict(list)

@@ -163,6 +163,28 @@ def test_warnings_unknown_model_host_memory_high_and_version() -> None:
     assert {w.code for w in review.warnings} >= {"unknown_model", "host_memory_high", "stack_not_validated"}
 
 
+@pytest.mark.parametrize(("version", "warned"), [("0.25.1", False), ("0.28.0", True)])
+def test_validated_means_a_recorded_real_run_and_the_warning_names_what_was_checked(version: str, warned: bool) -> None:
+    # vllm-native-cpu-offload ran for real on vLLM 0.25.1 (data/live); on 0.28.0 only the engine's parsers accepted it
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "spill",
+                "stack": "vllm-native-cpu-offload",
+                "sizing": {"host_memory_gb": 20},
+                "engine": {"version": version},
+            }
+        ),
+        {"lab": machines()}.get,
+    )
+    warning = by_code_warnings(review).get("stack_not_validated")
+    assert (warning is not None) is warned
+    if warning is not None:
+        assert "no recorded real run on vllm 0.28.0" in warning.message
+        assert "conformance-checked on vllm 0.25.1, vllm 0.28.0, vllm 0.33.0" in warning.message
+
+
 def test_too_old_engine_is_a_stack_mismatch() -> None:
     review = review_plan(
         plan(

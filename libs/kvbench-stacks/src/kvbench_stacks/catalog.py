@@ -30,7 +30,14 @@ class StackSpec(BaseModel):
     rdma: bool = Field(False, description="Moves KV between machines over RDMA")
     pd_router: bool = Field(False, description="Needs a router that understands prefill and decode")
     simulated: bool = Field(False, description="Has a simulated form on the sim engine")
-    validated_on: tuple[str, ...] = Field(default=(), description="Engine versions with a valid run")
+    validated_on: tuple[str, ...] = Field(
+        default=(),
+        description="Engine versions whose own code accepted every rendered process of the stack: its parsers and "
+        "config resolution, in the conformance suite (make conformance, which fails when this list says otherwise)",
+    )
+    live_runs: tuple[str, ...] = Field(
+        default=(), description="Engine versions with a real run of the stack recorded in data/live/"
+    )
     min_version: str | None = Field(None, description="Oldest engine version with the stack's connector")
     recipe: str = Field(description="Section of reference/stacks.md with the launch recipe")
     shared_store: SharedStore | None = Field(None, description="The store every machine of the pool shares")

@@ -40,6 +40,8 @@ def stack_rows(
         row["selectable"] = not why
         row["why_not"] = "; ".join(why) or None
         wanted = version.lstrip("v") if version else None
-        row["validated"] = wanted is not None and any(v.split()[-1] == wanted for v in spec.validated_on)
+        # a real run recorded on the version asked for; validated_on is what the engines' parsers accepted
+        row["validated"] = wanted is not None and any(v.split()[-1] == wanted for v in spec.live_runs)
+        row["conformance_checked"] = wanted is not None and any(v.split()[-1] == wanted for v in spec.validated_on)
         rows.append(row)
     return rows

@@ -133,11 +133,13 @@ def _stack_rules(
     if (
         version
         and stack.engine == w.engine.name
-        and not any(v.split()[-1] == version.lstrip("v") for v in stack.validated_on)
+        and not any(v.split()[-1] == version.lstrip("v") for v in stack.live_runs)
     ):
+        checked = ", ".join(stack.validated_on) or "no version"
         warn(
             "stack_not_validated",
-            f"{stack.id} has no validated run on {w.engine.name} {version}",
+            f"{stack.id} has no recorded real run on {w.engine.name} {version} (its recipe is conformance-checked "
+            f"on {checked}: the engines' own parsers accept it, nothing was served)",
             "Treat the result as a first measurement and read the report's validity section.",
             "engine.version",
         )

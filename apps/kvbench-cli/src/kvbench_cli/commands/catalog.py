@@ -25,7 +25,18 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
     table = Table(title="kvbench stack catalog")
-    for column in ("id", "engine", "strategy", "tiers", "what to set", "vendors", "validated on", "sim", "why not"):
+    for column in (
+        "id",
+        "engine",
+        "strategy",
+        "tiers",
+        "what to set",
+        "vendors",
+        "checked on",
+        "real runs",
+        "sim",
+        "why not",
+    ):
         table.add_column(column)
     for r in rows:
         table.add_row(
@@ -36,11 +47,16 @@ def cmd_catalog(args: argparse.Namespace) -> int:
             ", ".join(r["needs"]) or "-",
             ", ".join(r["vendors"]),
             ", ".join(r["validated_on"]) or "-",
+            ", ".join(r["live_runs"]) or "-",
             "yes" if r["simulated"] else "",
             escape(r["why_not"] or ""),
             style=None if r["selectable"] else "dim",
         )
     console.print(table)
+    console.print(
+        "checked on: the engine versions whose own parsers accept the stack's recipe (make conformance); "
+        "real runs: versions with a real run recorded (data/live)"
+    )
     console.print("orchestrators: bare_metal; locked (coming soon): dynamo, llm-d, production-stack")
     return 0
 
