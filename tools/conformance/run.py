@@ -68,11 +68,19 @@ def inputs(check: str, all_cases: list[Case]) -> list[dict[str, object]]:
         return [model if a == "Qwen/Qwen3-8B" else a for a in c.argv]
 
     if check == "vllm":
-        return [
+        serve: list[dict[str, object]] = [
             {"id": c.id, "argv": argv(c), "env": {k: v for k, v in c.env.items() if k != "CUDA_VISIBLE_DEVICES"}}
             for c in all_cases
             if c.program == "vllm"
         ]
+        # the MooncakeStoreConnector's own config file (MOONCAKE_CONFIG_PATH)
+        serve += [
+            {"id": f"{c.id}/{name}", "kind": "mooncake_store_config", "text": text}
+            for c in all_cases
+            if c.program == "vllm" and "MOONCAKE_CONFIG_PATH" in c.env
+            for name, text in c.files.items()
+        ]
+        return serve
     if check == "lmcache":
         out: list[dict[str, object]] = [
             {"id": c.id, "kind": "server", "argv": c.argv} for c in all_cases if c.program == "lmcache"

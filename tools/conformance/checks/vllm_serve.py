@@ -105,13 +105,55 @@ def check(argv: list[str], env: dict[str, str]) -> dict[str, object]:
                 os.environ[k] = v
 
 
+def check_mooncake_store_config(text: str) -> dict[str, object]:
+    """A MooncakeStoreConnector config file (MOONCAKE_CONFIG_PATH) through vLLM's own MooncakeStoreConfig.from_file;
+    it reads keys with .get, so a key it never reads is silently ignored: those are read off its source and any
+    other key of the file is a mismatch."""
+    import ast
+    import inspect
+    import tempfile
+    import textwrap
+
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker import MooncakeStoreConfig
+    except ImportError:
+        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake_store_connector import (  # type: ignore
+            MooncakeStoreConfig,
+        )
+    source = textwrap.dedent(inspect.getsource(MooncakeStoreConfig.from_file))
+    read = {
+        node.args[0].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(text)
+    try:
+        config = MooncakeStoreConfig.from_file(f.name)
+        ignored = sorted(set(json.loads(text)) - read)
+        if ignored:
+            return {"ok": False, "error": f"keys vLLM never reads (ignored): {ignored}; it reads {sorted(read)}"}
+        return {"ok": True, "resolved": {"config": repr(config)[:400]}}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-6)}
+    finally:
+        os.unlink(f.name)
+
+
 def main() -> None:
     cases = json.loads(open(sys.argv[1]).read())
     _use_cpu_platform()
     results = []
     for case in cases:
         with contextlib.redirect_stdout(sys.stderr):
-            result = check(case["argv"], case.get("env", {}))
+            if case.get("kind") == "mooncake_store_config":
+                result = check_mooncake_store_config(case["text"])
+            else:
+                result = check(case["argv"], case.get("env", {}))
         results.append({"id": case["id"], **result})
     with open(sys.argv[2], "w") as out:
         json.dump(results, out)
