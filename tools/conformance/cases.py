@@ -9,21 +9,14 @@ import json
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from kvbench_stacks.recipes import RECIPES, EngineSettings, PoolMachine, RenderContext, render
+from kvbench_stacks.recipes import RECIPES, render
 
-# the goldens' pool (libs/kvbench-stacks/tests/test_recipes.py): what the suite checks is exactly what they hold
-SIZING = {
-    "host_memory_gb": 64,
-    "shared_store_gb": 100,
-    "shared_mount_path": "/mnt/kv",
-    "disk_tier_gb": 500,
-    "disk_tier_path": "/nvme/kv",
-    "prefill_machines": 1,
-}
-
-
-NETWORK = {"rdma_device": "mlx5_0"}
+# the goldens' own pool and context (libs/kvbench-stacks/tests/test_recipes.py): what the suite checks is exactly
+# what the golden files hold
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "libs" / "kvbench-stacks" / "tests"))
+from test_recipes import context
 
 
 @dataclass(frozen=True)
@@ -44,27 +37,6 @@ _PROGRAMS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("vllm-router",), "vllm-router"),
     (("trtllm-serve",), "trtllm"),
 )
-
-
-def context(stack: str) -> RenderContext:
-    engine = "sglang" if stack.startswith("sglang") else "trtllm" if stack.startswith("trtllm") else "vllm"
-    sizing = dict(SIZING)
-    if stack == "vllm-pd-nixl-lmcache":
-        sizing["gpus_per_machine"] = 1
-    vendor = "amd" if "mori" in stack else "nvidia"
-    return RenderContext(
-        stack=stack,
-        model="Qwen/Qwen3-8B",
-        engine=EngineSettings(name=engine, version="1.0.0"),
-        kv_tier="cpu_ram" if "lmcache" in stack else "gpu",
-        sizing=sizing,
-        network=NETWORK,
-        routing="pd_aware",
-        machines=[
-            PoolMachine(name="gpu-a", host="10.0.0.1", gpus=2, vendor=vendor),
-            PoolMachine(name="gpu-b", host="10.0.0.2", gpus=2, vendor=vendor),
-        ],
-    )
 
 
 def cases() -> list[Case]:

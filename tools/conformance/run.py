@@ -23,8 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cases import NETWORK as DEVICES  # noqa: E402
-from cases import Case, cases  # noqa: E402
+from cases import Case, cases, context  # noqa: E402
 from install import ENVS_DIR, load_spec, python_of  # noqa: E402
 
 MODEL_DIR = ENVS_DIR / "models"
@@ -93,7 +92,7 @@ def inputs(check: str, all_cases: list[Case]) -> list[dict[str, object]]:
         ]
         return out
     if check == "sglang":
-        devices = [str(DEVICES["rdma_device"])]
+        devices = sorted({str(context(c.stack).network["rdma_device"]) for c in all_cases if c.program == check})
         return [{"id": c.id, "argv": argv(c), "rdma_devices": devices} for c in all_cases if c.program == check]
     return [{"id": c.id, "argv": argv(c)} for c in all_cases if c.program == check]
 

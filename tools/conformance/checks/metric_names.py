@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "summary": "summary"}
@@ -34,27 +35,33 @@ def _literal_name(call: ast.Call) -> str | None:
     return None
 
 
-def scan(package: Path) -> dict[str, dict[str, object]]:
-    found: dict[str, dict[str, object]] = {}
+def _nodes(package: Path) -> Iterator[tuple[Path, ast.AST]]:
+    """Every node of every module of the package that parses, with its file."""
     for path in sorted(package.rglob("*.py")):
         try:
             tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            kind = _kind(node.func)
-            name = _literal_name(node) if kind else None
-            if kind and name and (":" in name or "_" in name):
-                labels: list[str] = []
-                for kw in node.keywords:
-                    if kw.arg == "labelnames" and isinstance(kw.value, (ast.List, ast.Tuple)):
-                        labels = [e.value for e in kw.value.elts if isinstance(e, ast.Constant)]
-                entry = found.setdefault(name, {"type": kind, "files": [], "labels": labels})
-                rel = str(path.relative_to(package.parent))
-                if rel not in entry["files"]:  # type: ignore[operator]
-                    entry["files"].append(rel)  # type: ignore[union-attr]
+            yield path, node
+
+
+def scan(package: Path) -> dict[str, dict[str, object]]:
+    found: dict[str, dict[str, object]] = {}
+    for path, node in _nodes(package):
+        if not isinstance(node, ast.Call):
+            continue
+        kind = _kind(node.func)
+        name = _literal_name(node) if kind else None
+        if kind and name and (":" in name or "_" in name):
+            labels: list[str] = []
+            for kw in node.keywords:
+                if kw.arg == "labelnames" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                    labels = [e.value for e in kw.value.elts if isinstance(e, ast.Constant)]
+            entry = found.setdefault(name, {"type": kind, "files": [], "labels": labels})
+            rel = str(path.relative_to(package.parent))
+            if rel not in entry["files"]:  # type: ignore[operator]
+                entry["files"].append(rel)  # type: ignore[union-attr]
     return found
 
 
@@ -65,20 +72,15 @@ def mentioned(package: Path, prefix: str) -> tuple[list[str], list[str]]:
 
     names: set[str] = set()
     patterns: set[str] = set()
-    for path in sorted(package.rglob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(prefix):
-                names.add(node.value)
-            elif isinstance(node, ast.JoinedStr) and node.values:
-                first = node.values[0]
-                if isinstance(first, ast.Constant) and str(first.value).startswith(prefix):
-                    parts = [re.escape(str(v.value)) if isinstance(v, ast.Constant) else "[a-z0-9_]+"
-                             for v in node.values]  # fmt: skip
-                    patterns.add("".join(parts))
+    for _, node in _nodes(package):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(prefix):
+            names.add(node.value)
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            first = node.values[0]
+            if isinstance(first, ast.Constant) and str(first.value).startswith(prefix):
+                parts = [re.escape(str(v.value)) if isinstance(v, ast.Constant) else "[a-z0-9_]+"
+                         for v in node.values]  # fmt: skip
+                patterns.add("".join(parts))
     return sorted(names), sorted(patterns)
 
 

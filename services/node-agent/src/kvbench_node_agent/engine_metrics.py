@@ -59,16 +59,18 @@ def reads_of(engine: str) -> list[MetricRead]:
 
 # vLLM (vllm/v1/metrics/loggers.py, the KV connectors' metrics modules, vllm/v1/kv_offload)
 VLLM_PROMPT = _read("vllm", "vllm:prompt_tokens", "counter", "prompt_tokens")
-# not in 0.25.1/0.28.0, defined in 0.33.0 (by source: device/host/disk/p2p/external_unspecified)
+# first defined in 0.32.0 (by source: device/host/disk/p2p/external_unspecified). The `since` versions are read
+# off each release's own source (0.25.1 to 0.33.0, tools/conformance/checks/metric_names.py); the suite checks them
+# against the versions it installs.
 VLLM_CACHED_BY_SOURCE = _read(
-    "vllm", "vllm:prompt_tokens_cached_by_source", "counter", "cache hits by tier", since="0.33.0"
+    "vllm", "vllm:prompt_tokens_cached_by_source", "counter", "cache hits by tier", since="0.32.0"
 )
 VLLM_BY_SOURCE = _read("vllm", "vllm:prompt_tokens_by_source", "counter", "local hits, connector hits, recompute")
 VLLM_PREFIX_HITS = _read("vllm", "vllm:prefix_cache_hits", "counter", "GPU prefix-cache hits (older vLLM)")
 VLLM_EXTERNAL_HITS = _read("vllm", "vllm:external_prefix_cache_hits", "counter", "connector hits (older vLLM)")
 VLLM_OFFLOAD_LOAD = _read("vllm", "vllm:kv_offload_load_bytes", "counter", "bytes loaded from host memory")
 VLLM_OFFLOAD_STORE = _read("vllm", "vllm:kv_offload_store_bytes", "counter", "bytes stored to host memory")
-# the offload connector's disk tiering: not in 0.25.1, defined from 0.28.0
+# the offload connector's disk tiering: first defined in 0.28.0 (not in 0.25.1 to 0.27.0)
 VLLM_TIER_READ = _read(
     "vllm", "vllm:kv_offload_tiering_read_bytes", "counter", "bytes read from the disk tier", since="0.28.0"
 )
@@ -76,7 +78,7 @@ VLLM_TIER_WRITE = _read(
     "vllm", "vllm:kv_offload_tiering_write_bytes", "counter", "bytes written to the disk tier", since="0.28.0"
 )
 VLLM_NIXL_BYTES = _read("vllm", "vllm:nixl_bytes_transferred", "histogram", "P/D bytes and transfers (NIXL)")
-# the Mooncake P/D connector's own transfer histogram: not in 0.25.1/0.28.0, defined in 0.33.0
+# the Mooncake P/D connector's own transfer histogram: first defined in 0.33.0 (not in 0.25.1 to 0.32.0)
 VLLM_MOONCAKE_BYTES = _read(
     "vllm", "vllm:mooncake_bytes_transferred", "histogram", "P/D bytes and transfers (Mooncake)", since="0.33.0"
 )

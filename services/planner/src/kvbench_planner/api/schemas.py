@@ -133,7 +133,10 @@ class StackRow(StackSpec):
 
     selectable: bool = Field(description="The query (engine, vendor, version) can choose it")
     why_not: str | None = Field(description="Why it cannot, when it cannot")
-    validated: bool = Field(description="A valid run on the queried version is recorded")
+    validated: bool = Field(description="A real run on the queried version is recorded (live_runs)")
+    conformance_checked: bool = Field(
+        description="The queried version's own parsers accepted every process of the stack (validated_on)"
+    )
 
 
 class OrchestratorRow(BaseModel):
