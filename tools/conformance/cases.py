@@ -25,6 +25,7 @@ class Case:
     stack: str
     program: str  # vllm | sglang | lmcache | sglang-router | vllm-router | trtllm | other
     argv: list[str]  # after the program's own words (`vllm serve`, `python3 -m sglang.launch_server`, ...)
+    model: str  # the model the stack serves (the engines' model argument)
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
 
@@ -42,7 +43,8 @@ _PROGRAMS: tuple[tuple[tuple[str, ...], str], ...] = (
 def cases() -> list[Case]:
     out: list[Case] = []
     for stack in sorted(RECIPES):
-        for machine, procs in render(context(stack)).items():
+        ctx = context(stack)
+        for machine, procs in render(ctx).items():
             for proc in procs:
                 program, rest = "other", list(proc.argv)
                 for words, name in _PROGRAMS:
@@ -52,7 +54,15 @@ def cases() -> list[Case]:
                 if proc.argv[:2] == ["python3", "-m"] and program == "other":
                     program = proc.argv[2]
                 out.append(
-                    Case(f"{stack}/{machine}/{proc.name}", stack, program, rest, dict(proc.env), dict(proc.files))
+                    Case(
+                        f"{stack}/{machine}/{proc.name}",
+                        stack,
+                        program,
+                        rest,
+                        ctx.model,
+                        dict(proc.env),
+                        dict(proc.files),
+                    )
                 )
     return out
 

@@ -9,6 +9,7 @@ list cannot go stale. Results: .kvbench/conformance/report.json.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -50,6 +51,7 @@ class Outcome:
     known: str | None = None  # why the failure is expected
 
 
+@functools.cache
 def _local_model(model: str) -> str:
     """A directory holding only the model's config.json (tools/conformance/models), the engines' model argument."""
     name = model.rsplit("/", 1)[-1]
@@ -61,10 +63,8 @@ def _local_model(model: str) -> str:
 
 
 def inputs(check: str, all_cases: list[Case]) -> list[dict[str, object]]:
-    model = _local_model("Qwen/Qwen3-8B")
-
     def argv(c: Case) -> list[str]:
-        return [model if a == "Qwen/Qwen3-8B" else a for a in c.argv]
+        return [_local_model(c.model) if a == c.model else a for a in c.argv]
 
     if check == "vllm":
         serve: list[dict[str, object]] = [
@@ -102,16 +102,13 @@ def load_known() -> list[dict[str, str]]:
     return list(tomllib.loads(path.read_text()).get("mismatch", [])) if path.exists() else []
 
 
+def _covers(k: dict[str, str], check: str, version: str, case: str) -> bool:
+    """Whether a known.toml entry is about this check, version and case (globs)."""
+    return k["check"] == check and fnmatch.fnmatch(version, k.get("version", "*")) and fnmatch.fnmatch(case, k["case"])
+
+
 def _known_reason(known: list[dict[str, str]], check: str, version: str, case: str, error: str) -> str | None:
-    for k in known:
-        if (
-            k["check"] == check
-            and fnmatch.fnmatch(version, k.get("version", "*"))
-            and fnmatch.fnmatch(case, k["case"])
-            and k.get("error", "") in error
-        ):
-            return k["why"]
-    return None
+    return next((k["why"] for k in known if _covers(k, check, version, case) and k.get("error", "") in error), None)
 
 
 def run_env(env: str, checks: dict[str, str], all_cases: list[Case], known: list[dict[str, str]]) -> list[Outcome]:
@@ -214,8 +211,7 @@ def stale_known(known: list[dict[str, str]], outcomes: list[Outcome]) -> list[di
     """Known mismatches that matched nothing this run: fixed (or renamed), so known.toml must lose them."""
     stale = []
     for k in known:
-        hits = [o for o in outcomes if o.check == k["check"] and fnmatch.fnmatch(o.version, k.get("version", "*"))
-                and fnmatch.fnmatch(o.case, k["case"])]  # fmt: skip
+        hits = [o for o in outcomes if _covers(k, o.check, o.version, o.case)]
         if hits and all(o.ok for o in hits):
             stale.append(k)
     return stale

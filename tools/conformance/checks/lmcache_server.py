@@ -9,14 +9,11 @@ to the file named second.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
-import sys
 import tempfile
-import traceback
 from typing import Any
+
+from harness import run_cases
 
 LAUNCHERS = ("lmcache.v1.multiprocess.http_server", "run_http_server")
 
@@ -45,18 +42,11 @@ def check_server(argv: list[str]) -> dict[str, object]:
     else:  # 0.5.1: lmcache/cli/main.py registers ALL_COMMANDS
         for command in commands.ALL_COMMANDS:
             command.register(subparsers)
-    err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
-            args = parser.parse_args(tokens)
+        args = parser.parse_args(tokens)
         args.func(args)
     except _Launched as launched:
         return {"ok": True, "resolved": {k: repr(v)[:400] for k, v in launched.kwargs.items()}}
-    except SystemExit:
-        lines = err.getvalue().strip().splitlines()
-        return {"ok": False, "error": "argument parser: " + (lines[-1] if lines else "exited")}
-    except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-12)}
     return {"ok": False, "error": "lmcache server returned without launching"}
 
 
@@ -70,21 +60,13 @@ def check_config(text: str) -> dict[str, object]:
         if hasattr(config, "validate"):
             config.validate()
         return {"ok": True, "resolved": {"config": repr(config)[:600]}}
-    except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-12)}
     finally:
         os.unlink(f.name)
 
 
-def main() -> None:
-    results = []
-    for case in json.loads(open(sys.argv[1]).read()):
-        with contextlib.redirect_stdout(sys.stderr):
-            result = check_server(case["argv"]) if case["kind"] == "server" else check_config(case["text"])
-        results.append({"id": case["id"], **result})
-    with open(sys.argv[2], "w") as out:
-        json.dump(results, out)
+def check(case: dict[str, Any]) -> dict[str, object]:
+    return check_server(case["argv"]) if case["kind"] == "server" else check_config(case["text"])
 
 
 if __name__ == "__main__":
-    main()
+    run_cases(check)

@@ -7,12 +7,10 @@ Usage: python sglang_server.py CASES.json RESULTS.json
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
-import sys
-import traceback
+from typing import Any
+
+from harness import run_cases
 
 IB_SYSFS = "/sys/class/infiniband"
 
@@ -32,48 +30,28 @@ def present_host_devices(devices: list[str]) -> None:
     os.path.isdir, os.listdir = isdir, listdir  # type: ignore[assignment]
 
 
-def check(argv: list[str]) -> dict[str, object]:
+def check(case: dict[str, Any]) -> dict[str, object]:
     from sglang.srt.server_args import prepare_server_args
 
-    if "--device" not in argv:
-        argv = [*argv, "--device", "cpu"]
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = prepare_server_args(argv)
-        resolve = getattr(args, "resolve_once", None)  # from 0.5.2x the launcher resolves, not __post_init__
-        if resolve is not None:
-            resolve()
-        check_args = getattr(args, "check_server_args", None)
-        if check_args is not None:
-            check_args()
-        keep = (
-            "disaggregation_mode",
-            "enable_hierarchical_cache",
-            "disable_radix_cache",
-            "hicache_storage_backend",
-            "page_size",
-            "hicache_size",
-            "hicache_write_policy",
-        )
-        return {"ok": True, "resolved": {k: repr(getattr(args, k, None)) for k in keep}}
-    except SystemExit:
-        lines = err.getvalue().strip().splitlines()
-        return {"ok": False, "error": "argument parser: " + (lines[-1] if lines else "exited")}
-    except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-40)}
-
-
-def main() -> None:
-    results = []
-    cases = json.loads(open(sys.argv[1]).read())
-    present_host_devices(sorted({d for c in cases for d in c.get("rdma_devices", [])}))
-    for case in cases:
-        with contextlib.redirect_stdout(sys.stderr):
-            results.append({"id": case["id"], **check(case["argv"])})
-    with open(sys.argv[2], "w") as out:
-        json.dump(results, out)
+    argv = case["argv"] if "--device" in case["argv"] else [*case["argv"], "--device", "cpu"]
+    args = prepare_server_args(argv)
+    resolve = getattr(args, "resolve_once", None)  # from 0.5.2x the launcher resolves, not __post_init__
+    if resolve is not None:
+        resolve()
+    check_args = getattr(args, "check_server_args", None)
+    if check_args is not None:
+        check_args()
+    keep = (
+        "disaggregation_mode",
+        "enable_hierarchical_cache",
+        "disable_radix_cache",
+        "hicache_storage_backend",
+        "page_size",
+        "hicache_size",
+        "hicache_write_policy",
+    )
+    return {"ok": True, "resolved": {k: repr(getattr(args, k, None)) for k in keep}}
 
 
 if __name__ == "__main__":
-    main()
+    run_cases(check, prepare=lambda cases: present_host_devices(sorted({d for c in cases for d in c["rdma_devices"]})))

@@ -2,18 +2,17 @@
 
 Reads cases from the JSON file named first ([{"id", "argv", "env"}], argv after `vllm serve`, the model replaced
 by a local directory holding its config.json) and writes one result per case to the file named second (vLLM logs to
-stdout). Stdlib and vLLM only: imported by nothing; the conformance runner executes it with the engine's Python.
+stdout). Stdlib and vLLM only (and harness.py beside it); the conformance runner executes it with the engine's Python.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
-import sys
-import traceback
+from typing import Any
+
+from harness import run_cases
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
@@ -65,16 +64,14 @@ def _connector_names(config: object) -> list[str]:
     return names
 
 
-def check(argv: list[str], env: dict[str, str]) -> dict[str, object]:
+def check_serve(argv: list[str], env: dict[str, str]) -> dict[str, object]:
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    log = io.StringIO()
     try:
-        with contextlib.redirect_stderr(log):
-            args = _serve_parser().parse_args(["serve", *argv])
+        args = _serve_parser().parse_args(["serve", *argv])
         if getattr(args, "model_tag", None):
             args.model = args.model_tag
         validate = _validator()
@@ -88,15 +85,6 @@ def check(argv: list[str], env: dict[str, str]) -> dict[str, object]:
                 "error": f"unknown KV connector(s) {unknown}; vLLM registers {sorted(KVConnectorFactory._registry)}",
             }
         return {"ok": True, "resolved": {"kv_transfer": str(getattr(config, "kv_transfer_config", None))}}
-    except SystemExit:
-        return {
-            "ok": False,
-            "error": "argument parser: " + log.getvalue().strip().splitlines()[-1]
-            if log.getvalue().strip()
-            else "argument parser exited",
-        }
-    except Exception as exc:  # the engine's own error is the finding
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-12)}
     finally:
         for k, v in saved.items():
             if v is None:
@@ -138,25 +126,19 @@ def check_mooncake_store_config(text: str) -> dict[str, object]:
         if ignored:
             return {"ok": False, "error": f"keys vLLM never reads (ignored): {ignored}; it reads {sorted(read)}"}
         return {"ok": True, "resolved": {"config": repr(config)[:400]}}
-    except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-6)}
     finally:
         os.unlink(f.name)
 
 
+def check(case: dict[str, Any]) -> dict[str, object]:
+    if case.get("kind") == "mooncake_store_config":
+        return check_mooncake_store_config(case["text"])
+    return check_serve(case["argv"], case.get("env", {}))
+
+
 def main() -> None:
-    cases = json.loads(open(sys.argv[1]).read())
     _use_cpu_platform()
-    results = []
-    for case in cases:
-        with contextlib.redirect_stdout(sys.stderr):
-            if case.get("kind") == "mooncake_store_config":
-                result = check_mooncake_store_config(case["text"])
-            else:
-                result = check(case["argv"], case.get("env", {}))
-        results.append({"id": case["id"], **result})
-    with open(sys.argv[2], "w") as out:
-        json.dump(results, out)
+    run_cases(check)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,48 @@
+"""What every engine-side check shares (stdlib only; the checks run with the engine's own Python, from this folder):
+read the cases, run each with the engine's output kept off stdout, turn what the engine raised into a result, and
+write the results.
+
+A check takes one case and returns its result ({"ok": True, "resolved": ...} or a failure it found itself); what
+the engine raises is the finding: SystemExit from its argument parser (the parser's last line of stderr says why),
+any other exception with its type, message and the end of its traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+Result = dict[str, object]
+
+
+def _run_one(check: Callable[[dict[str, Any]], Result], case: dict[str, Any]) -> Result:
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sys.stderr), contextlib.redirect_stderr(err):
+            return check(case)
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        return {"ok": False, "error": "argument parser: " + (lines[-1] if lines else "exited")}
+    except Exception as exc:  # the engine's own error is the finding
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-12)}
+    finally:
+        sys.stderr.write(err.getvalue())  # the engine's own log stays in the check's log file
+
+
+def run_cases(
+    check: Callable[[dict[str, Any]], Result], prepare: Callable[[list[dict[str, Any]]], None] | None = None
+) -> None:
+    """The last two arguments: the cases file and the results file. ``prepare`` sees every case first."""
+    cases_path, results_path = sys.argv[-2], sys.argv[-1]
+    with open(cases_path) as f:
+        cases = json.load(f)
+    if prepare is not None:
+        prepare(cases)
+    results = [{"id": case["id"], **_run_one(check, case)} for case in cases]
+    with open(results_path, "w") as out:
+        json.dump(results, out)
