@@ -170,10 +170,12 @@ async def test_workers_split_one_schedule_and_join_their_records(mock_url: str, 
     assert len({r["request_id"] for r in rows}) == len(rows)
     assert {r["shard"] for r in rows} == {"cli-0", "cli-1"}
     assert 450 <= len(rows) <= 750  # Poisson at 200/s for 3 s, split in two
-    # one clock and one start: both workers' sends spread over the same 3 s window
+    # one clock and one start: both workers' sends spread over the same 3 s window; a worker that came up after the
+    # shared start (a loaded machine: spawning takes longer) sends its first requests late, and must say so
+    timing = summary["client_timing"]
     for shard in ("cli-0", "cli-1"):
         starts = [r["start_s"] for r in rows if r["shard"] == shard]
-        assert min(starts) < 0.5
+        assert min(starts) < 0.5 or timing["send_late_p99_ms"] > 100, (min(starts), timing)
         assert max(starts) > 2.5
     assert summary["client_timing"]["loop_lag_samples"] > 0  # both workers' probes, added up
     assert not list(tmp_path.glob(".records.jsonl.worker*"))  # the parts were joined and removed
