@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import asyncpg
+import orjson
 import pytest
 
 from kvbench_contracts.engine import SIM_LATE_US, sim_late_counter
-from kvbench_contracts.events import ClientTiming, EngineSampled, JobFinished, JobStarted, RunSubmitted
+from kvbench_contracts.events import (
+    ClientTiming,
+    EngineSampled,
+    JobFinished,
+    JobStarted,
+    RecordsBatch,
+    RecordsBinary,
+    RecordsPacked,
+    RunSubmitted,
+)
 from kvbench_contracts.records import RequestRecord
 from kvbench_reporter.ingest import Ingestor
 from kvbench_reporter.report import build_report
@@ -39,7 +49,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()
@@ -81,7 +91,7 @@ async def test_redelivered_batches_and_events_never_duplicate_rows(fresh_databas
         await ingestor.control([submitted, started, done])  # redelivered after a crash
         batch = _records("J1", 20)
         assert await store.insert_records("R1", batch) == 20
-        assert await store.insert_records("R1", batch[:10]) == 0
+        assert await store.insert_records("R1", batch) == 0  # the same records again: the same batch key
         assert await store.pool.fetchval("SELECT count(*) FROM request_records") == 20
         assert await store.pool.fetchval("SELECT count(*) FROM events") == 3
         report = await build_report(store, "R1")
@@ -93,6 +103,69 @@ async def test_redelivered_batches_and_events_never_duplicate_rows(fresh_databas
         assert workload["cached_prompt_tokens"] == 20 * 64
         assert workload["ttft_ms"]["p50"] == pytest.approx(100.0)
         assert workload["jobs"][0]["first_request_ttft_ms"] == pytest.approx(100.0)
+    finally:
+        await store.close()
+
+
+async def test_a_redelivered_message_adds_no_rows_and_every_field_reads_back_as_sent(fresh_database: str) -> None:
+    """Redelivery is caught per message (its event id): a message seen before, in one fetch with new ones and
+    twice over, adds nothing; every field reads back as sent, NULLs, non-ASCII text and uneven chunk counts
+    included; a batch that misses a NOT NULL value is poison, and the good batches beside it still land."""
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        sent = [
+            RequestRecord(
+                request_id=f"q{i}",
+                job_id="JB",
+                workload="wé" if i % 2 else "w",
+                session_id=None if i == 3 else f"sessión-{i}",
+                turn=None if i == 4 else i,
+                start_s=0.5 * i,
+                ttft_s=None if i == 5 else 0.01 * i,
+                e2e_s=None if i == 5 else 0.02 * i,
+                chunk_times_s=[0.01 * k for k in range(i)],
+                chunk_tokens=[k + 1 for k in range(i)],
+                prompt_tokens=100 + i,
+                output_tokens=i,
+                cached_tokens=None if i % 3 else 16 * i,
+                ok=i != 5,
+                error="timeout" if i == 5 else None,
+                connect_s=0.002 if i == 0 else None,
+            )
+            for i in range(8)
+        ]
+        seen = RecordsBinary.from_records("RB", "JB", "lg", sent[:4])
+        assert await ingestor.records_raw([seen.to_bytes()]) == []
+        fresh = RecordsBinary.from_records("RB", "JB", "lg", sent[4:])
+        assert await ingestor.records_raw([seen.to_bytes(), fresh.to_bytes(), fresh.to_bytes()]) == []
+        assert ingestor.last_batch_rows == 4
+        assert await ingestor.records_raw([fresh.to_bytes()]) == []
+        assert ingestor.last_batch_rows == 0
+        stored = {r.request_id: r for r in await store.records("RB", "JB")}
+        assert len(stored) == 8
+        for record in sent:
+            assert stored[record.request_id] == record.model_copy(update={"shard": "lg"})
+        assert await store.pool.fetchval("SELECT count(*) FROM record_batches WHERE run_id = 'RB'") == 2
+
+        # the JSON form of old load generators goes the same way
+        old = RecordsBatch(
+            run_id="RB", job_id="JO", shard="lg", records=[r.model_copy(update={"job_id": "JO"}) for r in sent]
+        )
+        assert await ingestor.records_raw([old.to_bytes()]) == []
+        assert len(await store.records("RB", "JO")) == 8
+
+        # a missing request id is refused where it is decoded; the batch beside it is stored
+        broken = orjson.loads(RecordsPacked.from_records("RB", "JX", "lg", sent[:2]).to_bytes())
+        broken["request_id"][1] = None
+        good = RecordsBinary.from_records("RB", "JY", "lg", sent[:2])
+        assert await ingestor.records_raw([orjson.dumps(broken), good.to_bytes()]) == [0]
+        assert len(await store.records("RB", "JY")) == 2
+        assert await store.records("RB", "JX") == []
     finally:
         await store.close()
 
@@ -164,10 +237,12 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
             await bus.publish(good)
             await bus.js.publish(f"kvbench.records.{run_id}.J9", b'{"schema": "kvbench.records.batch/1"}')
             await bus.js.publish(f"kvbench.records.{run_id}.J9", b"not json at all")
-            again = RecordsPacked.from_records(run_id, "J9", "s", _records("J9", 30)[:10])
-            await bus.publish(again)  # the older packed form, re-sending rows already stored
-            binary = RecordsBinary.from_records(run_id, "J9", "s", _records("J9", 40)[25:])
-            await bus.publish(binary)  # the load generator's binary form: 5 rows already stored, 10 new
+            packed = RecordsPacked.from_records(run_id, "J9", "s", _records("J9", 40)[30:35])
+            await bus.publish(packed)  # the older packed form
+            # the same message again past JetStream's duplicate window (no Nats-Msg-Id): the store skips it
+            await bus.js.publish(f"kvbench.records.{run_id}.J9", packed.to_bytes())
+            binary = RecordsBinary.from_records(run_id, "J9", "s", _records("J9", 40)[35:])
+            await bus.publish(binary)  # the load generator's binary form
             await bus.js.publish(f"kvbench.records.{run_id}.J9", binary.to_bytes()[:-8])  # truncated: poison
             bus.subscribe_raw(ingestor.records_raw, durable=durable, stream="KVBENCH_RECORDS", batch=10)
             for _ in range(100):

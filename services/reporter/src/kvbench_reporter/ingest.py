@@ -27,7 +27,7 @@ from kvbench_contracts.events import (
 )
 from kvbench_contracts.records import COUNTS_TYPECODE, OFFSETS_TYPECODE, PACKED_COLUMNS, TIMES_TYPECODE, chunk_size
 from kvbench_contracts.registry import messages_in
-from kvbench_reporter.store import Conn, Store
+from kvbench_reporter.store import Conn, RecordBatch, Store
 
 __all__ = ["CONTROL_MODELS", "Ingestor"]
 
@@ -43,9 +43,9 @@ def _opt(value: object, kind: type) -> object:
     return None if value is None else kind(value)
 
 
-def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
-    """A record batch body (packed or one JSON object per record) as COPY rows in RECORD_COLUMNS order;
-    raises on anything that is not one."""
+def decode_batch(body: bytes) -> tuple[RecordBatch, datetime]:
+    """A record batch body (packed or one JSON object per record) as its COPY rows in RECORD_COLUMNS order, keyed by
+    the message's event id, and when it was sent; raises on anything that is not one."""
     if b"\n" in body:  # a JSON head line, then the arrays: the binary form (compact JSON has no raw newline)
         head, *arrays = split_binary_records(body, orjson.loads)
         if head.get("schema") != RecordsBinary.SCHEMA:
@@ -62,7 +62,7 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
         )
     if schema != RecordsBatch.SCHEMA:
         raise ValueError(f"not a records batch: {schema!r}")
-    run_id = str(raw["run_id"])
+    run_id, event_id = str(raw["run_id"]), str(raw["event_id"])
     rows: list[tuple[object, ...]] = []
     for r in raw["records"]:
         times = r.get("chunk_times_s") or []
@@ -89,14 +89,14 @@ def decode_batch(body: bytes) -> tuple[str, list[tuple[object, ...]], datetime]:
                 _opt(r.get("connect_s"), float),
             )
         )
-    return run_id, rows, datetime.fromisoformat(str(raw["occurred_at"]))
+    jobs = {row[0] for row in rows}
+    job_id = str(jobs.pop()) if len(jobs) == 1 else None
+    return RecordBatch(event_id, run_id, job_id, rows), datetime.fromisoformat(str(raw["occurred_at"]))
 
 
-def _packed_rows(
-    raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: bytes
-) -> tuple[str, list[tuple[object, ...]], datetime]:
+def _packed_rows(raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: bytes) -> tuple[RecordBatch, datetime]:
     """COPY rows from a packed batch's columns (either form) and its chunk arrays' bytes."""
-    run_id, job_id, shard = str(raw["run_id"]), str(raw["job_id"]), str(raw["shard"])
+    run_id, job_id, shard, event_id = str(raw["run_id"]), str(raw["job_id"]), str(raw["shard"]), str(raw["event_id"])
     count = len(raw["request_id"])
     offsets = struct.unpack(f"<{count + 1}{OFFSETS_TYPECODE}", offsets_b)
     if len(times) != _TIME_BYTES * offsets[-1] or len(tokens) != _TOKEN_BYTES * offsets[-1]:
@@ -106,6 +106,9 @@ def _packed_rows(
     columns = [raw[name] for name in PACKED_COLUMNS]
     if any(len(column) != count for column in columns):
         raise ValueError("packed columns differ in length")
+    # refused here, as poison: a NULL reaching the COPY would fail every other batch fetched with this one
+    if None in raw["request_id"] or None in raw["workload"] or None in raw["ok"]:
+        raise ValueError("a record without its request id, workload or ok flag")
     rows: list[tuple[object, ...]] = [
         (
             job_id,
@@ -131,7 +134,7 @@ def _packed_rows(
             *columns, offsets[:-1], offsets[1:], strict=True
         )
     ]
-    return run_id, rows, datetime.fromisoformat(str(raw["occurred_at"]))
+    return RecordBatch(event_id, run_id, job_id, rows), datetime.fromisoformat(str(raw["occurred_at"]))
 
 
 class Ingestor:
@@ -265,29 +268,33 @@ class Ingestor:
                 e.occurred_at,
             )
 
-    def prepare_records(self, bodies: list[bytes]) -> tuple[list[tuple[object, ...]], list[int]]:
-        """Stage one of the hot path (CPU): bodies to COPY rows, and the indices of poison bodies."""
-        rows: list[tuple[object, ...]] = []
+    def prepare_records(self, bodies: list[bytes]) -> tuple[list[RecordBatch], list[int], datetime | None]:
+        """Stage one of the hot path (CPU, no shared state: it runs in a thread): bodies to batches of COPY rows,
+        the indices of poison bodies, and when the newest batch was sent."""
+        batches: list[RecordBatch] = []
         poison: list[int] = []
+        newest: datetime | None = None
         for index, body in enumerate(bodies):
             try:
-                _, batch_rows, occurred_at = decode_batch(body)
+                batch, occurred_at = decode_batch(body)
             except (KeyError, TypeError, ValueError, struct.error, orjson.JSONDecodeError):
                 poison.append(index)
                 continue
-            rows.extend(batch_rows)
-            self.last_batch_at = max(self.last_batch_at, occurred_at) if self.last_batch_at else occurred_at
-        return rows, poison
+            batches.append(batch)
+            newest = occurred_at if newest is None else max(newest, occurred_at)
+        return batches, poison, newest
 
-    async def commit_records(self, rows: list[tuple[object, ...]]) -> None:
-        """Stage two (I/O): one COPY for the whole fetched batch."""
-        await self.store.insert_rows(rows)
-        self.last_batch_rows = len(rows)
-        self.rows_stored += len(rows)
+    async def commit_records(self, batches: list[RecordBatch]) -> None:
+        """Stage two (I/O): one transaction and one COPY for the whole fetched batch (redelivered batches skipped)."""
+        stored = await self.store.insert_batches(batches)
+        self.last_batch_rows = stored
+        self.rows_stored += stored
 
     async def records_raw(self, bodies: list[bytes]) -> list[int]:
         """The hot path: record batches decoded with orjson straight into COPY rows (no object per record).
         Returns the indices of bodies that are not record batches (poison)."""
-        rows, poison = self.prepare_records(bodies)
-        await self.commit_records(rows)
+        batches, poison, newest = self.prepare_records(bodies)
+        if newest is not None:
+            self.last_batch_at = max(self.last_batch_at, newest) if self.last_batch_at else newest
+        await self.commit_records(batches)
         return poison

@@ -1,9 +1,11 @@
-"""PostgreSQL access: migrations, idempotent bulk writes (COPY into staging, then merge), report reads."""
+"""PostgreSQL access: migrations, idempotent bulk writes (a key per message, then COPY), report reads."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, TypeAlias
@@ -17,10 +19,20 @@ from kvbench_contracts.fabric import NicSampled, SwitchSampled, SwitchUnread
 from kvbench_contracts.records import RECORD_COLUMNS, RequestRecord
 from kvbench_core.columns import Columns, pack_floats, pack_ints, unpack_floats, unpack_ints
 
-__all__ = ["Conn", "Store", "apply_migrations", "record_rows"]
+__all__ = ["Conn", "RecordBatch", "Store", "apply_migrations", "record_rows"]
 
 # a plain connection or one borrowed from the pool: both run the same queries
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """One message's records as COPY rows: the unit a redelivery repeats (its event id is the message's)."""
+
+    event_id: str
+    run_id: str
+    job_id: str | None
+    rows: list[tuple[object, ...]]
 
 
 def record_rows(run_id: str, records: Sequence[RequestRecord]) -> list[tuple[object, ...]]:
@@ -126,34 +138,41 @@ class Store:
             rows,
         )
 
-    async def insert_records(self, run_id: str, records: Sequence[RequestRecord]) -> int:
-        return await self.insert_rows(record_rows(run_id, records))
+    async def insert_records(self, run_id: str, records: Sequence[RequestRecord], batch_id: str | None = None) -> int:
+        """Records outside a message (an import, a test): the batch key is the message's id where there is one,
+        else one derived from the run and the request ids, so inserting the same records again stores nothing."""
+        if batch_id is None:
+            digest = hashlib.sha256("\n".join([run_id, *(f"{r.job_id}/{r.request_id}" for r in records)]).encode())
+            batch_id = f"records:{digest.hexdigest()[:32]}"
+        job_ids = {r.job_id for r in records}
+        job_id = job_ids.pop() if len(job_ids) == 1 else None
+        return await self.insert_batches([RecordBatch(batch_id, run_id, job_id, record_rows(run_id, records))])
 
-    async def insert_rows(self, rows: Sequence[tuple[object, ...]]) -> int:
-        """COPY into a session-private staging table, then merge; duplicates (redeliveries) are skipped."""
-        if not rows:
+    async def insert_batches(self, batches: Sequence[RecordBatch]) -> int:
+        """One transaction: claim each batch's event id, then one COPY of the rows of the batches claimed now. A
+        redelivered batch (its id already stored, or claimed by another reporter that is committing it) adds no
+        rows. Returns the rows stored."""
+        unique = list({b.event_id: b for b in batches if b.rows}.values())
+        if not unique:
             return 0
-        async with self.pool.acquire() as conn:
-            # fast path: a batch seen for the first time goes straight in; a redelivered batch collides on the
-            # primary key, the transaction rolls back, and the merge below skips what is already stored
-            try:
-                async with conn.transaction():
-                    await conn.copy_records_to_table("request_records", records=rows, columns=RECORD_COLUMNS)
-                return len(rows)
-            except asyncpg.UniqueViolationError:
-                pass
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS staging_records "
-                "(LIKE request_records INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+            claimed = await conn.fetch(
+                "INSERT INTO record_batches (event_id, run_id, job_id, records) "
+                "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) "
+                "ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+                [b.event_id for b in unique],
+                [b.run_id for b in unique],
+                [b.job_id for b in unique],
+                [len(b.rows) for b in unique],
             )
-            await conn.copy_records_to_table("staging_records", records=rows, columns=RECORD_COLUMNS)
-            result = await conn.execute(
-                f"INSERT INTO request_records ({', '.join(RECORD_COLUMNS)}) "  # noqa: S608 (fixed column list)
-                f"SELECT {', '.join(RECORD_COLUMNS)} FROM staging_records "
-                "ON CONFLICT (run_id, job_id, request_id) DO NOTHING"
-            )
-        return int(result.split()[-1])
+            new = {r["event_id"] for r in claimed}
+            if len(new) == len(unique) and len(unique) == 1:
+                rows = unique[0].rows
+            else:
+                rows = [row for b in unique if b.event_id in new for row in b.rows]
+            if rows:
+                await conn.copy_records_to_table("request_records", records=rows, columns=RECORD_COLUMNS)
+        return len(rows)
 
     async def insert_engine_samples(self, samples: Sequence[EngineSampled]) -> None:
         async with self.pool.acquire() as conn:
