@@ -18,6 +18,7 @@ import sys
 import time
 import tomllib
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,13 +225,21 @@ def main() -> int:
     known = load_known()
     started = time.monotonic()
     print(f"conformance: {len(all_cases)} rendered processes of the catalog's stacks, {len(wanted)} environments")
-    outcomes: list[Outcome] = []
     for env in wanted:
         if not python_of(env).exists():
             print(f"conformance env {env} is not built: run `make conformance` (or tools/conformance/install.py)")
             return 1
-        outcomes += run_env(env, dict(spec[env]["checks"]), all_cases, known)  # type: ignore[call-overload]
-        outcomes += metric_outcomes(env, dict(spec[env]["checks"]))  # type: ignore[call-overload]
+
+    def one_env(env: str) -> list[Outcome]:
+        checks = dict(spec[env]["checks"])  # type: ignore[call-overload]
+        return run_env(env, checks, all_cases, known) + metric_outcomes(env, checks)
+
+    # each checker is one process that mostly imports an engine (CPU-bound, single-threaded): the environments run
+    # side by side, as many at once as there are cores (KVBENCH_CONFORMANCE_JOBS to choose), each one's checks in
+    # order; the outcomes are kept in the environments' order whatever finishes first
+    jobs = int(os.environ.get("KVBENCH_CONFORMANCE_JOBS", "0")) or max(1, min(len(wanted), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        outcomes = [o for found in pool.map(one_env, wanted) for o in found]
     if set(wanted) == set(spec):  # what validated_on claims can only be checked against every environment
         outcomes += catalog_outcomes(spec, outcomes)
     failures = [o for o in outcomes if not o.ok and o.known is None]
