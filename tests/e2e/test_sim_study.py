@@ -41,3 +41,13 @@ def test_served_study_gives_the_batch_modes_ratio(nats_url: str, fresh_database:
             assert served[name]["timing"]["reasons"] or served[name]["validity"]["verdict"] != "valid"
     sources = served["lmcache"]["prompt_token_sources"]["tokens"]
     assert sources.get("disk", 0) > 0.7 * sum(sources.values())  # 80% of the prompt tokens come from disk
+    # the life of the disk records (the study's §5.5): the tier starts empty, ends holding what the job stored, and
+    # nothing was evicted under its 500 GB cap; the GPU-only stack has no disk tier to show (the other stack's
+    # engines, sampled just after its job, are not counted as its own)
+    (job,) = served["lmcache"]["jobs"]
+    disk = job["disk_tier"]
+    assert disk["records_before"] == 0
+    assert disk["records_after"] > 0
+    assert disk["bytes_after"] / disk["records_after"] >= 256 * 10_240  # a 256-token chunk of the model's KV, at least
+    assert disk["reclaimed"] is False
+    assert served["vllm-only"]["jobs"][0]["disk_tier"] is None

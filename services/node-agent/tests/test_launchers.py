@@ -237,6 +237,13 @@ async def test_a_restarted_stack_finds_its_file_tiers_records(
         try:
             engine = again.endpoints[0]
             assert await _tier_chunks(http, engine.metrics_url, tier, 11) == 11
+            async with http.get(engine.metrics_url) as response:
+                held = normalize(parse_samples(await response.text()))
+            if tier == "disk":  # what the report's disk-tier table reads: the records and their bytes
+                assert held["disk_tier_records"] == 11
+                assert held["disk_tier_bytes"] == 11 * 256 * 147_456  # Qwen3-8B's KV bytes a token (models.yaml)
+            else:
+                assert "disk_tier_records" not in held  # a shared filesystem is not this machine's disk tier
             assert await _tier_chunks(http, engine.metrics_url, "host", 0, timeout_s=0) == 0
             async with http.post(engine.base_url + "/v1/completions", json=body) as response:
                 cached = (await response.json())["usage"]["prompt_tokens_details"]["cached_tokens"]

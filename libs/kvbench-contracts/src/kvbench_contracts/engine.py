@@ -54,7 +54,9 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     "sim_tokens_written",
     *(sim_late_counter(bound) for bound in SIM_LATE_BOUNDS_US),
 )
-NORMALIZED_GAUGES: tuple[str, ...] = ("kv_usage",)  # 0..1
+# what an engine holds at the instant: GPU KV usage (0..1); a local disk tier's files and bytes (counted on the machine
+# by the agent, or reported by a simulated engine)
+NORMALIZED_GAUGES: tuple[str, ...] = ("kv_usage", "disk_tier_records", "disk_tier_bytes")
 
 # where a prompt token came from: counter -> the report's name for the source
 PROMPT_TOKEN_SOURCES: dict[str, str] = {

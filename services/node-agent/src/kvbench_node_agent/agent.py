@@ -23,6 +23,7 @@ from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.settings import load_settings
+from kvbench_node_agent.disk_tier import census
 from kvbench_node_agent.fabric import nic_counter_samples
 from kvbench_node_agent.inventory import collect_inventory, gpu_samples
 from kvbench_node_agent.launchers import Deployment, LaunchError, SimLauncher
@@ -114,6 +115,15 @@ class NodeAgent:
             log.exception("stack could not be started", extra=ids)
             await self._failed(command, f"{self.node_id}: the stack could not be started: {type(exc).__name__}: {exc}")
             return
+        stack = CATALOG.get(command.stack)
+        tier_path = command.sizing.disk_tier_path
+        if (
+            stack
+            and tier_path
+            and not self.inventory.simulated
+            and stack.has_disk_tier(command.kv_tier, command.sizing.disk_tier_gb)
+        ):
+            deployment.disk_tier_path = tier_path
         self.deployments[command.deployment_id] = deployment
         self.m_deployments.set(len(self.deployments))
         self._scrapers[command.deployment_id] = asyncio.create_task(self._scrape_loop(deployment))
@@ -208,18 +218,24 @@ class NodeAgent:
                      for role in ("both", "prefill", "decode", "router")}  # fmt: skip
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
+                # one count of the disk tier a round, always carried by the first engine (the reporter sums engines,
+                # so the machine's count must ride on one series only)
+                tier = await asyncio.to_thread(census, deployment.disk_tier_path) if deployment.disk_tier_path else None
                 for endpoint in deployment.endpoints:
                     try:
                         async with session.get(endpoint.metrics_url) as response:
                             text = await response.text()
+                        normalized = normalize(values := parse_samples(text), external=hits_tier.get(endpoint.role))
+                        if tier is not None and endpoint is deployment.endpoints[0]:
+                            normalized.update(disk_tier_records=float(tier[0]), disk_tier_bytes=float(tier[1]))
                         await self.bus.publish(
                             EngineSampled(
                                 node_id=self.node_id,
                                 run_id=deployment.run_id,
                                 engine_id=endpoint.engine_id,
                                 role=endpoint.role,
-                                values=(values := parse_samples(text)),
-                                normalized=normalize(values, external=hits_tier.get(endpoint.role)),
+                                values=values,
+                                normalized=normalized,
                                 gpus=await asyncio.to_thread(gpu_samples) if self.inventory.gpus else [],
                             )
                         )

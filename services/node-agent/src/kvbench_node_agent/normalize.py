@@ -275,10 +275,18 @@ def _sim_pacing(s: Samples) -> Samples:
     return out
 
 
+def _sim_disk_tier(s: Samples) -> Samples:
+    """What a simulated engine's disk tier holds (a real disk tier is counted on its machine by the agent)."""
+    records = _sum(s, "kvbench_sim_tier_chunks", tier="disk")
+    size = _sum(s, "kvbench_sim_tier_bytes", tier="disk")
+    return {} if records is None or size is None else {"disk_tier_records": records, "disk_tier_bytes": size}
+
+
 def normalize(samples: Samples, kind: str | None = None, external: ExternalTier = None) -> Samples:
     """``external``: for vLLM, the tier its connector's unattributed hits come from (the stack says; see
     ``kvbench_stacks.catalog.StackSpec.external_hits_tier``)."""
     kind = kind or engine_kind(samples)
+    sim = {**_sim_pacing(samples), **_sim_disk_tier(samples)}
     if kind == "vllm":
-        return {**_vllm(samples, external), **_sim_pacing(samples)}
-    return {**(_KINDS[kind](samples) if kind in _KINDS else {}), **_sim_pacing(samples)}
+        return {**_vllm(samples, external), **sim}
+    return {**(_KINDS[kind](samples) if kind in _KINDS else {}), **sim}

@@ -241,6 +241,22 @@ def render_html(report: dict[str, Any]) -> str:
             f"<td>{_fmt(j.get('output_tokens_per_s'))}</td><td>{_fmt(j.get('first_request_ttft_ms'))}</td></tr>"
             for j in w["jobs"]
         )
+        disk_rows = "".join(
+            f"<tr><td><code>{escape(j['job_id'])}</code></td><td>{_fmt(d['records_before'], 0)}</td>"
+            f"<td>{_fmt(d['records_after'], 0)}</td><td>{_fmt(d['bytes_before'] / 1e9)}</td>"
+            f"<td>{_fmt(d['bytes_after'] / 1e9)}</td><td>{'yes' if d['reclaimed'] else 'no'}</td></tr>"
+            for j in w["jobs"]
+            if (d := j.get("disk_tier"))
+        )
+        disk_table = (
+            "<h3>The disk tier's records</h3><p>What the local disk tier held when each job started and ended (its "
+            "files counted on each machine). Records outlive the run: nothing removes them but the tier's own "
+            "eviction, which starts only at its size limit.</p><table><tr><th>job</th><th>records before</th>"
+            "<th>records after</th><th>GB before</th><th>GB after</th><th>eviction reclaimed space?</th></tr>"
+            f"{disk_rows}</table>"
+            if disk_rows
+            else ""
+        )
         ec = w.get("engine_counters")
         engine_line = (
             f"<p>Engine counters over the measured windows ({_fmt(ec.get('engines'), 0)} engine samples sets): "
@@ -286,7 +302,7 @@ def render_html(report: dict[str, Any]) -> str:
             f"<h3>What happened underneath?</h3><table><tr><th>job</th><th>load</th><th>repeat</th><th>status</th>"
             f"<th>requests</th><th>measured</th><th>TTFT mean</th><th>p50</th><th>p90</th><th>p99</th>"
             f"<th>tok/s</th><th title='TTFT of the job&#39;s first request, measured or not: after a stack restart, "
-            f"the cold start'>first request TTFT ms</th></tr>{job_rows}</table></section>"
+            f"the cold start'>first request TTFT ms</th></tr>{job_rows}</table>{disk_table}</section>"
         )
     events = "".join(
         f"<tr><td>{escape(e['at'][11:23])}</td><td>{escape(e['schema'])}</td><td>{escape(e['node_id'] or '')}</td>"

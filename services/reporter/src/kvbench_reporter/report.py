@@ -12,6 +12,7 @@ import json
 import math
 from collections import defaultdict
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import asyncpg
@@ -35,7 +36,7 @@ from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
 from kvbench_stacks.hardware import find_model
 
-__all__ = ["COUNTERS", "build_report", "counter_deltas", "records_complete"]
+__all__ = ["COUNTERS", "build_report", "counter_deltas", "disk_tier_census", "records_complete"]
 
 SHORT_WINDOW_S = 300.0
 ERROR_BUDGET = 0.05
@@ -87,6 +88,37 @@ def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime
         "gpu_power_w_mean": sum(power) / len(power) if power else None,
         "gpu_utilization_pct_mean": sum(util) / len(util) if util else None,
     }
+
+
+def disk_tier_census(samples: list[asyncpg.Record], start: datetime, end: datetime) -> dict[str, Any] | None:
+    """A local disk tier's files and bytes at a job's start and at its end, summed over engines (each machine's
+    count rides on one engine's samples), and whether the bytes ever fell in between: eviction reclaimed space.
+    None when no engine sample carried the tier's count."""
+    by_engine: dict[str, list[tuple[datetime, float, float]]] = defaultdict(list)
+    for row in samples:
+        normalized = _json(row["normalized"]) or {}
+        if "disk_tier_records" in normalized and "disk_tier_bytes" in normalized:
+            by_engine[row["engine_id"]].append(
+                (row["sampled_at"], float(normalized["disk_tier_records"]), float(normalized["disk_tier_bytes"]))
+            )
+    if not by_engine:
+        return None
+    # an engine with no count inside the job is another stack's (the samples are fetched by time, with a margin)
+    serving = {e: sorted(series) for e, series in by_engine.items() if any(start <= t <= end for t, _, _ in series)}
+    if not serving:
+        return None
+    out = {"records_before": 0.0, "records_after": 0.0, "bytes_before": 0.0, "bytes_after": 0.0}
+    reclaimed = False
+    for series in serving.values():
+        first = ([x for x in series if x[0] <= start] or series[:1])[-1]
+        last = ([x for x in series if x[0] <= end] or series[-1:])[-1]
+        out["records_before"] += first[1]
+        out["bytes_before"] += first[2]
+        out["records_after"] += last[1]
+        out["bytes_after"] += last[2]
+        inside = [x for x in series if first[0] <= x[0] <= last[0]]
+        reclaimed = reclaimed or any(b[2] < a[2] for a, b in pairwise(inside))
+    return {**out, "reclaimed": reclaimed, "engines": len(serving)}
 
 
 async def records_complete(store: Store, run_id: str) -> bool:
@@ -491,9 +523,12 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 scale = float(job["time_scale"] or 1.0)
                 start = job["started_at"] + timedelta(seconds=warmup / scale)
                 end = job["started_at"] + timedelta(seconds=load_end / scale)
-                samples = await store.engine_samples(run_id, start - timedelta(seconds=10), end + timedelta(seconds=10))
+                samples = await store.engine_samples(
+                    run_id, job["started_at"] - timedelta(seconds=10), end + timedelta(seconds=10)
+                )
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
+                entry["disk_tier"] = disk_tier_census(samples, job["started_at"], end) if samples else None
                 entry["timing"] = timing_verdict(
                     worst_client_timing([ClientTiming.model_validate(s) for s in (_json(job["client_timing"]) or [])]),
                     entry.get("merged_chunk_share"),

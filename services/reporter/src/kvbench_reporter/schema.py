@@ -64,6 +64,18 @@ class Sources(_Open):
     )
 
 
+class DiskTier(_Open):
+    """A local disk tier over one job: what it held when the job started and when it ended (the agent counts the
+    tier directory's files on each machine; a simulated engine reports its simulated tier)."""
+
+    records_before: float = Field(description="Files (records) the disk tier held at the job's start, every machine")
+    records_after: float = Field(description="Files (records) it held at the job's end")
+    bytes_before: float = Field(description="Bytes it held at the job's start")
+    bytes_after: float = Field(description="Bytes it held at the job's end")
+    reclaimed: bool = Field(description="Whether its bytes ever fell during the job: eviction reclaimed space")
+    engines: int = Field(description="Engine sample series that carried a count")
+
+
 class Job(_Open):
     job_id: str = Field(description="Job id")
     load_level: float = Field(description="Users or requests/s")
@@ -84,6 +96,9 @@ class Job(_Open):
     )
     timing: Timing | None = Field(
         None, description="Whether TTFT and ITL can be trusted: the load generator's lag, merged reads, pacing slip"
+    )
+    disk_tier: DiskTier | None = Field(
+        None, description="The stack's local disk tier before and after the job; null when the stack has none"
     )
 
 

@@ -326,6 +326,12 @@ def build_app(
         ["tier"],
         registry=metrics.registry,
     )
+    tier_bytes = Gauge(
+        "kvbench_sim_tier_bytes",
+        "Bytes of the chunks each KV tier holds (a disk tier's files, as a census of its directory would count them)",
+        ["tier"],
+        registry=metrics.registry,
+    )
     counter = {"n": 0}
 
     def observe_timing(samples: list[float]) -> None:
@@ -348,6 +354,7 @@ def build_app(
         metrics.refresh(paced.engine)
         for tier in paced.engine.tiers:
             tier_chunks.labels(tier.name).set(tier.chunks)
+            tier_bytes.labels(tier.name).set(tier.chunks * tier.bytes_per_chunk)
         slips.inc(paced.late_steps - slips._value.get())
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -45,6 +45,9 @@ class Deployment:
     endpoints: list[EngineEndpoint]
     processes: list[ManagedProcess] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    # the directory of the stack's local disk tier on this machine, counted at each scrape (not for a simulated
+    # stack: its engines report what their simulated tier holds themselves)
+    disk_tier_path: str | None = None
 
     def stop(self) -> None:
         # reverse start order: routers before engines before stores
