@@ -51,3 +51,9 @@ def test_served_study_gives_the_batch_modes_ratio(nats_url: str, fresh_database:
     assert disk["bytes_after"] / disk["records_after"] >= 256 * 10_240  # a 256-token chunk of the model's KV, at least
     assert disk["reclaimed"] is False
     assert served["vllm-only"]["jobs"][0]["disk_tier"] is None
+    # what the stacks said as they came up: the attention block size the engine reported, where the disk records live
+    (started,) = served["lmcache"]["stacks"]
+    assert started["facts"]["attention_block_size"]
+    assert "disk_records" in started["facts"]
+    assert all("disk_records" not in st["facts"] for st in served["vllm-only"]["stacks"])
+    assert served["vllm-only"]["stacks"]

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.envelope import Envelope
-from kvbench_contracts.events import EngineEndpoint, EngineSampled
+from kvbench_contracts.events import EngineEndpoint, EngineSampled, StackReady
 from kvbench_contracts.plan import EngineSpec, SimCluster, Sizing
 from kvbench_core.bus import Bus
 from kvbench_core.procs import free_port
@@ -71,6 +71,7 @@ async def test_the_disk_tier_is_counted_on_the_machine_and_sent_once_a_round(
             bus.subscribe_batch([EngineSampled], collect, durable=f"t{uuid.uuid4().hex[:8]}",
                                 filter_subject=EngineSampled.subject_filter(node_id=node))  # fmt: skip
             await agent.handle(command)
+            stored = await bus.js.get_last_msg("KVBENCH_CONTROL", f"kvbench.stack.{command.deployment_id}.ready")
             for _ in range(100):
                 if len({s.engine_id for s in seen}) == 2 and len(seen) >= 6:
                     break
@@ -84,6 +85,9 @@ async def test_the_disk_tier_is_counted_on_the_machine_and_sent_once_a_round(
             await agent.shutdown()
     finally:
         await runner.cleanup()
+    ready = StackReady.model_validate_json(stored.data or b"")
+    assert ready.workload == "w"
+    assert ready.facts["disk_tier_found"] == f"7 files, 0.00 GB under {tier}"  # what earlier runs left, said at start
     first = [s for s in seen if s.engine_id == "e0"]
     second = [s for s in seen if s.engine_id == "e1"]
     assert first

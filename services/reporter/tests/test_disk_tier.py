@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kvbench_reporter.html import render_html
-from kvbench_reporter.report import disk_tier_census
+from kvbench_reporter.report import disk_tier_census, stacks_started
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -68,3 +68,31 @@ def test_the_report_page_shows_the_table_only_for_a_stack_with_a_disk_tier(workl
     plain = workload("gpu-only", 80.0, 0)
     report["workloads"] = [plain]
     assert "eviction reclaimed space?" not in render_html(report)
+
+
+def test_each_workloads_stacks_show_what_their_machines_said_as_they_started(workload: Any) -> None:
+    ready: dict[str, Any] = {
+        "schema": "kvbench.stack.ready/1",
+        "occurred_at": T0,
+        "payload": {
+            "node_id": "gpu-1",
+            "deployment_id": "R-w1g0-gpu-1",
+            "workload": "lmcache-disk",
+            "facts": {"engine.attention_block_size": 16, "disk_tier_found": "377 files, 32.00 GB under /x"},
+        },
+    }
+    other = {**ready, "payload": {**ready["payload"], "workload": "gpu-only", "facts": {"note": "<b>"}}}
+    progressed = {"schema": "kvbench.job.started/1", "occurred_at": T0, "payload": {"workload": "lmcache-disk"}}
+    events = [ready, other, progressed]
+    (started,) = stacks_started(events, "lmcache-disk")  # type: ignore[arg-type]
+    assert started["facts"] == {"engine.attention_block_size": "16", "disk_tier_found": "377 files, 32.00 GB under /x"}
+    with_disk = workload("lmcache-disk", 80.0, 0)
+    with_disk["stacks"] = [started]
+    plain = workload("gpu-only", 80.0, 0)
+    plain["stacks"] = stacks_started(events, "gpu-only")  # type: ignore[arg-type]
+    report = {"run_id": "R", "plan_name": "p", "status": "succeeded", "reasons": [], "submitted_at": "2026",
+              "generated_at": "2026", "definitions": {}, "workloads": [with_disk, plain], "events": []}  # fmt: skip
+    page = render_html(report)
+    assert "disk_tier_found: <code>377 files, 32.00 GB under /x</code>" in page
+    assert "engine.attention_block_size: <code>16</code>" in page
+    assert "<code>&lt;b&gt;</code>" in page  # escaped

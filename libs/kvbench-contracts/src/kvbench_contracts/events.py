@@ -96,6 +96,7 @@ class StackReady(Envelope):
     node_id: str
     endpoints: list[EngineEndpoint]
     facts: dict[str, Any] = Field(default_factory=dict, description="e.g. attention block size read from logs")
+    workload: str | None = Field(None, description="The plan's workload the stack serves (older agents: unset)")
 
 
 class StackFailed(Envelope):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -23,7 +24,7 @@ from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.settings import load_settings
-from kvbench_node_agent.disk_tier import census
+from kvbench_node_agent.disk_tier import census, fill_warning
 from kvbench_node_agent.fabric import nic_counter_samples
 from kvbench_node_agent.inventory import collect_inventory, gpu_samples
 from kvbench_node_agent.launchers import Deployment, LaunchError, SimLauncher
@@ -104,6 +105,8 @@ class NodeAgent:
             await self._publish_ready(existing)
             return
         log.info("starting stack", extra={**ids, "stack": command.stack, "launcher": command.launcher})
+        tier_path = self._real_disk_tier(command)
+        found = await asyncio.to_thread(census, tier_path) if tier_path else None
         try:
             deployment = await self._launch(command)
         except LaunchError as exc:
@@ -115,20 +118,34 @@ class NodeAgent:
             log.exception("stack could not be started", extra=ids)
             await self._failed(command, f"{self.node_id}: the stack could not be started: {type(exc).__name__}: {exc}")
             return
-        stack = CATALOG.get(command.stack)
-        tier_path = command.sizing.disk_tier_path
-        if (
-            stack
-            and tier_path
-            and not self.inventory.simulated
-            and stack.has_disk_tier(command.kv_tier, command.sizing.disk_tier_gb)
-        ):
+        deployment.workload = command.workload
+        if tier_path:
             deployment.disk_tier_path = tier_path
+            if found is not None:
+                # records of earlier runs: they take disk the tier's size limit does not count (a process counts
+                # only what it wrote), and one made under another model or block size is never a hit
+                deployment.facts["disk_tier_found"] = f"{found[0]} files, {found[1] / 1e9:.2f} GB under {tier_path}"
+                if found[0]:
+                    extra = {**ids, "files": found[0], "bytes": found[1], "path": tier_path}
+                    log.warning("the disk tier already holds records from before this stack", extra=extra)
+                warning = fill_warning(command.sizing.disk_tier_gb, shutil.disk_usage(tier_path).free, found)
+                if warning:
+                    deployment.facts["disk_tier_warning"] = warning
+                    log.warning(warning, extra=ids)
         self.deployments[command.deployment_id] = deployment
         self.m_deployments.set(len(self.deployments))
         self._scrapers[command.deployment_id] = asyncio.create_task(self._scrape_loop(deployment))
         await self._publish_ready(deployment)
         log.info("stack ready", extra={**ids, "endpoints": [e.base_url for e in deployment.endpoints]})
+
+    def _real_disk_tier(self, command: StartStack) -> str | None:
+        """The stack's local disk tier directory on this machine, when it has one and is not simulated (a simulated
+        engine reports its simulated tier itself)."""
+        stack = CATALOG.get(command.stack)
+        path = command.sizing.disk_tier_path
+        if self.inventory.simulated or stack is None or not path:
+            return None
+        return path if stack.has_disk_tier(command.kv_tier, command.sizing.disk_tier_gb) else None
 
     async def _failed(self, command: StartStack, reason: str) -> None:
         self.m_launch_failures.inc()
@@ -195,6 +212,7 @@ class NodeAgent:
                 node_id=self.node_id,
                 endpoints=deployment.endpoints,
                 facts=deployment.facts,
+                workload=deployment.workload,
             )
         )
 

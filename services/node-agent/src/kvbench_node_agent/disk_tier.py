@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["MAX_FILES", "census"]
+__all__ = ["MAX_FILES", "census", "fill_warning"]
 
 MAX_FILES = 2_000_000  # past this a directory walk each scrape costs more than the figure is worth
 
@@ -38,3 +38,19 @@ def census(path: str | Path, max_files: int = MAX_FILES) -> tuple[int, int] | No
         except OSError:
             continue
     return files, size
+
+
+def fill_warning(cap_gb: float | None, free_bytes: int, found: tuple[int, int] | None) -> str | None:
+    """What to say when the run could fill the tier's filesystem: the tier writes up to its size limit before it
+    evicts, and records it finds from earlier runs do not count against that limit (a process counts only what it
+    wrote). None when the limit leaves a tenth of the free space."""
+    if not cap_gb:
+        return None
+    cap = cap_gb * 1e9
+    if cap < 0.9 * free_bytes:
+        return None
+    left = f", besides {found[0]} files ({found[1] / 1e9:.1f} GB) from earlier runs" if found and found[0] else ""
+    return (
+        f"the disk tier may write {cap_gb:g} GB before it evicts and its filesystem has {free_bytes / 1e9:.1f} GB "
+        f"free{left}: the run could fill the disk. Lower sizing.disk_tier_gb, or free space (remove old records)"
+    )

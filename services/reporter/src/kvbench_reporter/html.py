@@ -257,6 +257,21 @@ def render_html(report: dict[str, Any]) -> str:
             if disk_rows
             else ""
         )
+        stack_rows = "".join(
+            f"<tr><td>{escape(str(st.get('node_id') or ''))}</td><td><code>{escape(str(st.get('deployment_id') or ''))}"
+            "</code></td><td>"
+            + "<br>".join(f"{escape(k)}: <code>{escape(v)}</code>" for k, v in sorted(st.get("facts", {}).items()))
+            + "</td></tr>"
+            for st in w.get("stacks", [])
+        )
+        stack_table = (
+            "<h3>The stacks as they started</h3><p>What each machine read as its stack came up: the attention block "
+            "size each engine logged (records made under another block size, model or attention backend are never "
+            "hits), what the disk tier already held, the command lines.</p><table><tr><th>machine</th>"
+            f"<th>deployment</th><th>facts</th></tr>{stack_rows}</table>"
+            if stack_rows
+            else ""
+        )
         ec = w.get("engine_counters")
         engine_line = (
             f"<p>Engine counters over the measured windows ({_fmt(ec.get('engines'), 0)} engine samples sets): "
@@ -302,7 +317,7 @@ def render_html(report: dict[str, Any]) -> str:
             f"<h3>What happened underneath?</h3><table><tr><th>job</th><th>load</th><th>repeat</th><th>status</th>"
             f"<th>requests</th><th>measured</th><th>TTFT mean</th><th>p50</th><th>p90</th><th>p99</th>"
             f"<th>tok/s</th><th title='TTFT of the job&#39;s first request, measured or not: after a stack restart, "
-            f"the cold start'>first request TTFT ms</th></tr>{job_rows}</table>{disk_table}</section>"
+            f"the cold start'>first request TTFT ms</th></tr>{job_rows}</table>{disk_table}{stack_table}</section>"
         )
     events = "".join(
         f"<tr><td>{escape(e['at'][11:23])}</td><td>{escape(e['schema'])}</td><td>{escape(e['node_id'] or '')}</td>"

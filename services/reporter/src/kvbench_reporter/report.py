@@ -20,7 +20,7 @@ import numpy as np
 
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
-from kvbench_contracts.events import ClientTiming
+from kvbench_contracts.events import ClientTiming, StackReady
 from kvbench_core.analysis import DEFINITIONS, Slo, distributions, figures, select_measured
 from kvbench_core.columns import Columns
 from kvbench_core.compare import COMPARE_DEFINITION, choose_baseline, compare_to_baseline
@@ -119,6 +119,21 @@ def disk_tier_census(samples: list[asyncpg.Record], start: datetime, end: dateti
         inside = [x for x in series if first[0] <= x[0] <= last[0]]
         reclaimed = reclaimed or any(b[2] < a[2] for a, b in pairwise(inside))
     return {**out, "reclaimed": reclaimed, "engines": len(serving)}
+
+
+def stacks_started(events: list[asyncpg.Record], workload: str) -> list[dict[str, Any]]:
+    """What each machine said of the workload's stacks as they came up (StackReady's facts: the attention block
+    size its engine logged, what its disk tier already held, the engine's command line), in start order."""
+    out = []
+    for e in events:
+        if e["schema"] != StackReady.SCHEMA:
+            continue
+        payload = _json(e["payload"]) or {}
+        if payload.get("workload") == workload:
+            facts = {str(k): str(v) for k, v in (payload.get("facts") or {}).items()}
+            out.append({"at": e["occurred_at"].isoformat(), "node_id": payload.get("node_id"),
+                        "deployment_id": payload.get("deployment_id"), "facts": facts})  # fmt: skip
+    return out
 
 
 async def records_complete(store: Store, run_id: str) -> bool:
@@ -654,6 +669,9 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         workload["limits"]["tiers"] = _tier_verdicts(
             workload["limits"], workload["prompt_token_sources"], workload["comparison"].get("verdict")
         )
+    run_events = await store.events(run_id)
+    for workload in workloads_out:
+        workload["stacks"] = stacks_started(run_events, workload["name"])
     events = [
         {
             "at": e["occurred_at"].isoformat(),
@@ -662,7 +680,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "job_id": e["job_id"],
             "subject": e["subject"],
         }
-        for e in await store.events(run_id)
+        for e in run_events
     ]
     fabric = await fabric_section(
         store, run_id, run["started_at"], run["finished_at"], configs=settings.get("switches"), jobs=job_windows

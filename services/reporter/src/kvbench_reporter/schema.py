@@ -102,6 +102,16 @@ class Job(_Open):
     )
 
 
+class StackStarted(_Open):
+    at: str = Field(description="When the stack was ready (UTC, ISO 8601)")
+    node_id: str | None = Field(description="Machine")
+    deployment_id: str | None = Field(description="Deployment id")
+    facts: dict[str, str] = Field(
+        description="What the agent read as the stack started: the attention block size each engine logged "
+        "(`<process>.attention_block_size`), what the disk tier held before (`disk_tier_found`), command lines"
+    )
+
+
 class Workload(_Open):
     name: str = Field(description="Workload name from the plan")
     stack: str = Field(description="Stack id")
@@ -139,6 +149,9 @@ class Workload(_Open):
         "output_tokens_per_s, goodput_rps: {n, mean, std, ci95, verdict}}} (definitions.comparison)"
     )
     jobs: list[Job] = Field(description="What happened underneath, per job")
+    stacks: list[StackStarted] = Field(
+        default_factory=list, description="What each machine said of the workload's stacks as they came up"
+    )
 
 
 class Report(_Open):

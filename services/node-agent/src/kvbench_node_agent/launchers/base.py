@@ -48,6 +48,7 @@ class Deployment:
     # the directory of the stack's local disk tier on this machine, counted at each scrape (not for a simulated
     # stack: its engines report what their simulated tier holds themselves)
     disk_tier_path: str | None = None
+    workload: str | None = None  # the plan's workload it serves, said with its facts
 
     def stop(self) -> None:
         # reverse start order: routers before engines before stores
