@@ -155,13 +155,16 @@ def metric_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
     from kvbench_node_agent.engine_metrics import reads_of
 
     outcomes: list[Outcome] = []
-    for engine in ("vllm", "sglang"):
+    for engine in ("vllm", "sglang", "lmcache"):
         version = checks.get(engine)
         if version is None:
             continue
         package = next((ENVS_DIR / env / "lib").glob(f"python3*/site-packages/{engine}"))
         out = ENVS_DIR / "work" / env / f"{engine}.metrics.json"
-        subprocess.run([sys.executable, str(CHECKS / "metric_names.py"), str(package), str(out), f"{engine}:"],
+        prefix = (
+            "lmcache" if engine == "lmcache" else f"{engine}:"
+        )  # LMCache: lmcache:* and its MP server's lmcache_mp*
+        subprocess.run([sys.executable, str(CHECKS / "metric_names.py"), str(package), str(out), prefix],
                        check=True)  # fmt: skip
         found = json.loads(out.read_text())
         defined: dict[str, dict[str, object]] = found["defined"]
@@ -181,7 +184,8 @@ def metric_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
                 error = f"{read.family} is a {kind} in {engine} {version}, read as a {read.kind}"
             outcomes.append(Outcome(env, "metrics", version, f"{engine}/{read.family}", not error, error))
         passed = sum(o.ok for o in outcomes if o.case.startswith(engine))
-        print(f"  {env:16} {'metrics':14} {version:8} {passed:3}/{len(reads_of(engine)):<3} series read as defined")
+        label = f"{engine} metrics"
+        print(f"  {env:16} {label:14} {version:8} {passed:3}/{len(reads_of(engine)):<3} series read as defined")
     return outcomes
 
 

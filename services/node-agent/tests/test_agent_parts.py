@@ -123,6 +123,32 @@ def test_lmcache_0_5_1_real_counters_give_hits_by_tier_and_the_l2_writes() -> No
     assert vllm["prompt_tokens_external"] == restarted["cache_server_hit_tokens_disk"]
 
 
+def test_lmcache_0_5_6_splits_its_hits_by_tier_itself_and_counts_l2_evictions() -> None:
+    """LMCache 0.5.6 adds lookup_hit_l1/_l2 (tokens; l1 + l2 == hit): read directly, not through 0.5.1's chunk
+    ratio. Hand-written text: no real 0.5.6 run is recorded; the names are checked against 0.5.6's own
+    instruments by the conformance suite (tools/conformance, engine "lmcache")."""
+    labels = '{cache_salt="",model_name="m"}'
+    text = "\n".join([
+        f"lmcache_mp_lookup_hit_tokens_total{labels} 1000.0",
+        f"lmcache_mp_lookup_hit_l1_tokens_total{labels} 400.0",
+        f"lmcache_mp_lookup_hit_l2_tokens_total{labels} 600.0",
+        "lmcache_mp_num_chunks_loaded_total 10.0",
+        "lmcache_mp_l2_prefetch_load_completed_chunks_total 1.0",  # the 0.5.1 ratio would say 100 from disk
+        "lmcache_mp_l2_store_submitted_objects_chunks_total 8.0",
+        "lmcache_mp_l2_store_completed_objects_chunks_total 8.0",
+        "lmcache_mp_l2_evicted_objects_chunks_total 3.0",
+    ])  # fmt: skip
+    split = normalize(parse_samples(text + "\n"))
+    assert (split["cache_server_hit_tokens_host"], split["cache_server_hit_tokens_disk"]) == (400, 600)
+    assert split["kv_store_chunks_evicted"] == 3
+    # OpenTelemetry exports a counter only once it moved: every hit from L2 leaves no l1 series
+    only_disk = "\n".join(line for line in text.splitlines() if "_l1_" not in line)
+    split = normalize(parse_samples(only_disk + "\n"))
+    assert (split["cache_server_hit_tokens_host"], split["cache_server_hit_tokens_disk"]) == (0, 600)
+    # 0.5.1 never evicted from L2 in the recorded runs: no series, and 0 evicted
+    assert normalize(sample("lmcache-0.5.1/lmc_metrics_run1.txt"))["kv_store_chunks_evicted"] == 0
+
+
 def test_preflight_names_the_machine_and_the_fix(tmp_path: Path) -> None:
     spec = ProcessSpec(
         name="engine-0",

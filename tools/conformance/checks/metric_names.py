@@ -1,6 +1,9 @@
 """Run with any Python (stdlib only): the Prometheus metrics an installed engine package defines, read from its
 own source (every call of a Counter/Gauge/Histogram/Summary constructor, or of a class attribute holding one,
-whose name is a string literal), with each one's type.
+whose name is a string literal), with each one's type. OpenTelemetry instruments (``meter.create_counter(NAME,
+unit=UNIT)``, LMCache's MP server) are given under the name OpenTelemetry's Prometheus exporter writes: dots become
+underscores and the unit is appended (``lmcache_mp.lookup_hit`` in tokens is ``lmcache_mp_lookup_hit_tokens``,
+exposed as ``..._total``).
 
 Usage: python metric_names.py PACKAGE_DIR RESULTS.json [PREFIX]   (PACKAGE_DIR: site-packages/vllm, ...)
 """
@@ -18,7 +21,7 @@ TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "summ
 
 def _kind(func: ast.expr) -> str | None:
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    lowered = name.lower().lstrip("_")
+    lowered = name.lower().lstrip("_").removeprefix("create_")  # LMCache's self._create_counter(name=...) too
     for word, kind in TYPES.items():
         # prometheus_client.Counter, self._counter_cls, self._gauge_cls, Histogram, ...
         if lowered.startswith(word) and (lowered == word or lowered.endswith(("_cls", "cls", "_class"))):
@@ -53,7 +56,7 @@ def scan(package: Path) -> dict[str, dict[str, object]]:
             continue
         kind = _kind(node.func)
         name = _literal_name(node) if kind else None
-        if kind and name and (":" in name or "_" in name):
+        if kind and name and (":" in name or "_" in name) and "." not in name:  # dotted: OpenTelemetry's (below)
             labels: list[str] = []
             for kw in node.keywords:
                 if kw.arg == "labelnames" and isinstance(kw.value, (ast.List, ast.Tuple)):
@@ -84,12 +87,52 @@ def mentioned(package: Path, prefix: str) -> tuple[list[str], list[str]]:
     return sorted(names), sorted(patterns)
 
 
+OTEL_KINDS = {
+    "create_counter": "counter",
+    "create_observable_counter": "counter",
+    "create_up_down_counter": "gauge",
+    "create_observable_up_down_counter": "gauge",
+    "create_gauge": "gauge",
+    "create_observable_gauge": "gauge",
+    "create_histogram": "histogram",
+}
+# the exporter's unit words for the UCUM units it knows; any other unit is appended as written
+OTEL_UNITS = {"s": "seconds", "ms": "milliseconds", "By": "bytes", "1": "ratio"}
+
+
+def otel_family(name: str, unit: str | None) -> str:
+    family = name.replace(".", "_").replace("-", "_")
+    word = OTEL_UNITS.get(unit or "", unit or "")
+    if word and "/" not in word and not family.endswith("_" + word):
+        family += "_" + word
+    return family
+
+
+def scan_otel(package: Path) -> dict[str, dict[str, object]]:
+    found: dict[str, dict[str, object]] = {}
+    for path, node in _nodes(package):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        kind = OTEL_KINDS.get(node.func.attr)
+        name = _literal_name(node) if kind else None
+        if not kind or not name:
+            continue
+        unit = next((kw.value.value for kw in node.keywords if kw.arg == "unit" and isinstance(kw.value, ast.Constant)
+                     and isinstance(kw.value.value, str)), None)  # fmt: skip
+        entry = found.setdefault(otel_family(name, unit), {"type": kind, "files": [], "labels": [], "otel": name})
+        rel = str(path.relative_to(package.parent))
+        if rel not in entry["files"]:  # type: ignore[operator]
+            entry["files"].append(rel)  # type: ignore[union-attr]
+    return found
+
+
 def main() -> None:
     package, out = Path(sys.argv[1]), sys.argv[2]
     prefix = sys.argv[3] if len(sys.argv) > 3 else package.name + ":"
     names, patterns = mentioned(package, prefix)
     with open(out, "w") as f:
-        json.dump({"defined": scan(package), "mentioned": names, "patterns": patterns}, f, indent=1, sort_keys=True)
+        defined = {**scan_otel(package), **scan(package)}
+        json.dump({"defined": defined, "mentioned": names, "patterns": patterns}, f, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

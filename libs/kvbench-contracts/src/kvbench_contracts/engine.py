@@ -46,6 +46,7 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     # none of them stored nothing, however its hits look (LMCache fails its O_DIRECT writes silently)
     "kv_store_chunks_submitted",
     "kv_store_chunks_completed",
+    "kv_store_chunks_evicted",  # records the tier's writer evicted (LMCache's L2): eviction reclaimed space
     # a cache server's own view of the hits it served (LMCache MP: L1 in RAM, L2 on disk): it splits the engines'
     # unattributed connector hits by tier, never adds to them
     "cache_server_hit_tokens_host",

@@ -21,7 +21,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class MetricRead:
-    engine: str  # vllm | sglang
+    engine: str  # vllm | sglang | lmcache
     family: str  # the name the engine defines (prometheus_client adds _total to a counter's sample)
     kind: Kind
     use: str
@@ -96,3 +96,28 @@ SGLANG_TRANSFER_MB = _read("sglang", "sglang:kv_transfer_total_mb", "histogram",
 # a counter of retracted requests; sglang:num_retracted_reqs is a gauge (the requests retracted now)
 SGLANG_RETRACTED = _read("sglang", "sglang:num_retracted_requests_total", "counter", "preemptions")
 SGLANG_TOKEN_USAGE = _read("sglang", "sglang:token_usage", "gauge", "GPU KV usage")
+
+# LMCache: the MP server's OpenTelemetry instruments (lmcache/v1/mp_observability/subscribers/metrics/*.py), named as
+# OpenTelemetry's Prometheus exporter writes them (dots to underscores, the unit appended), and the in-process
+# connector's prometheus_client counters (lmcache/observability.py). 0.5.1 and 0.5.6 are the checked versions.
+LMCACHE_HIT = _read("lmcache", "lmcache_mp_lookup_hit_tokens", "counter", "tokens the MP server served (L1 + L2)")
+LMCACHE_HIT_L1 = _read(
+    "lmcache", "lmcache_mp_lookup_hit_l1_tokens", "counter", "of those, from L1 (RAM)", since="0.5.6"
+)
+LMCACHE_HIT_L2 = _read(
+    "lmcache", "lmcache_mp_lookup_hit_l2_tokens", "counter", "of those, from L2 (disk)", since="0.5.6"
+)
+LMCACHE_CHUNKS_LOADED = _read("lmcache", "lmcache_mp_num_chunks_loaded", "counter", "chunks loaded into engines")
+LMCACHE_L2_PREFETCHED = _read(
+    "lmcache", "lmcache_mp_l2_prefetch_load_completed_chunks", "counter", "chunks prefetched from L2 (0.5.1's split)"
+)
+LMCACHE_L2_SUBMITTED = _read(
+    "lmcache", "lmcache_mp_l2_store_submitted_objects_chunks", "counter", "L2 writes submitted"
+)
+LMCACHE_L2_COMPLETED = _read("lmcache", "lmcache_mp_l2_store_completed_objects_chunks", "counter", "L2 writes done")
+LMCACHE_L2_EVICTED = _read("lmcache", "lmcache_mp_l2_evicted_objects_chunks", "counter", "L2 records evicted")
+LMCACHE_CONNECTOR_HITS = _read("lmcache", "lmcache:num_hit_tokens", "counter", "in-process connector hits")
+LMCACHE_REMOTE_READ = _read("lmcache", "lmcache:num_remote_read_bytes", "counter", "bytes read from a remote backend")
+LMCACHE_REMOTE_WRITE = _read(
+    "lmcache", "lmcache:num_remote_write_bytes", "counter", "bytes written to a remote backend"
+)

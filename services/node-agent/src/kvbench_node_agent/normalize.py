@@ -201,28 +201,35 @@ def _trtllm(s: Samples) -> Samples:
 
 
 def _lmcache(s: Samples) -> Samples:
-    """LMCache's own counters, as LMCache 0.5.1's MP server exports them (real texts in the tests): the hits it
-    served by tier, which split the engines' unattributed connector hits (the server counts no prompt of its own,
-    so nothing here is a prompt_tokens_* source), and its L2 writes submitted and completed."""
+    """LMCache's own counters (real 0.5.1 texts in the tests; names checked against 0.5.1 and 0.5.6 by the
+    conformance suite): the hits its MP server served by tier, which split the engines' unattributed connector hits
+    (the server counts no prompt of its own, so nothing here is a prompt_tokens_* source), its L2 writes submitted
+    and completed, and L2 records it evicted. OpenTelemetry exports a counter only once it moved: absent is 0."""
     out: Samples = {}
-    hit = _sum(s, "lmcache_mp_lookup_hit_tokens_total")
-    if hit is not None:
-        # chunks served to the engines, some first prefetched from L2 into L1 (L1's own reads also count its writes
-        # to L2, so they are no denominator); LMCache keeps only full chunks: the share of chunks is that of tokens
-        served = _sum(s, "lmcache_mp_num_chunks_loaded_total") or 0.0
-        from_l2 = _sum(s, "lmcache_mp_l2_prefetch_load_completed_chunks_total") or 0.0
+    hit = _sum(s, m.LMCACHE_HIT.total)
+    l1, l2 = _sum(s, m.LMCACHE_HIT_L1.total), _sum(s, m.LMCACHE_HIT_L2.total)
+    if hit is not None and (l1 is not None or l2 is not None):  # 0.5.6 splits its hits by tier itself
+        out["cache_server_hit_tokens_host"] = l1 or 0.0
+        out["cache_server_hit_tokens_disk"] = l2 or 0.0
+    elif hit is not None:
+        # 0.5.1: chunks served to the engines, some first prefetched from L2 into L1 (L1's own reads also count its
+        # writes to L2, so they are no denominator); LMCache keeps only full chunks: the share of chunks is that of
+        # tokens
+        served = _sum(s, m.LMCACHE_CHUNKS_LOADED.total) or 0.0
+        from_l2 = _sum(s, m.LMCACHE_L2_PREFETCHED.total) or 0.0
         disk = hit * min(1.0, from_l2 / served) if served else 0.0
         out["cache_server_hit_tokens_host"] = hit - disk
         out["cache_server_hit_tokens_disk"] = disk
-    submitted = _sum(s, "lmcache_mp_l2_store_submitted_objects_chunks_total")
+    submitted = _sum(s, m.LMCACHE_L2_SUBMITTED.total)
     if submitted is not None:
         out["kv_store_chunks_submitted"] = submitted
         # absent, not 0, while no write has completed (LMCache 0.5.1 with every O_DIRECT write failing)
-        out["kv_store_chunks_completed"] = _sum(s, "lmcache_mp_l2_store_completed_objects_chunks_total") or 0.0
+        out["kv_store_chunks_completed"] = _sum(s, m.LMCACHE_L2_COMPLETED.total) or 0.0
+        out["kv_store_chunks_evicted"] = _sum(s, m.LMCACHE_L2_EVICTED.total) or 0.0
     if hit is None:  # the in-process connector's counters: hits, tier unknown
-        _put(out, "prompt_tokens_remote", _sum(s, "lmcache:num_hit_tokens_total"))
-    _put(out, "kv_bytes_loaded_remote", _sum(s, "lmcache:num_remote_read_bytes_total"))
-    _put(out, "kv_bytes_stored_remote", _sum(s, "lmcache:num_remote_write_bytes_total"))
+        _put(out, "prompt_tokens_remote", _sum(s, m.LMCACHE_CONNECTOR_HITS.total))
+    _put(out, "kv_bytes_loaded_remote", _sum(s, m.LMCACHE_REMOTE_READ.total))
+    _put(out, "kv_bytes_stored_remote", _sum(s, m.LMCACHE_REMOTE_WRITE.total))
     return out
 
 

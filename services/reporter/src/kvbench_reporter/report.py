@@ -544,6 +544,8 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
                 entry["disk_tier"] = disk_tier_census(samples, job["started_at"], end) if samples else None
+                if entry["disk_tier"] is not None and deltas and deltas.get("kv_store_chunks_evicted", 0.0) > 0:
+                    entry["disk_tier"]["reclaimed"] = True  # the tier's writer says so itself (LMCache's L2)
                 entry["timing"] = timing_verdict(
                     worst_client_timing([ClientTiming.model_validate(s) for s in (_json(job["client_timing"]) or [])]),
                     entry.get("merged_chunk_share"),

@@ -72,7 +72,10 @@ class DiskTier(_Open):
     records_after: float = Field(description="Files (records) it held at the job's end")
     bytes_before: float = Field(description="Bytes it held at the job's start")
     bytes_after: float = Field(description="Bytes it held at the job's end")
-    reclaimed: bool = Field(description="Whether its bytes ever fell during the job: eviction reclaimed space")
+    reclaimed: bool = Field(
+        description="Whether eviction reclaimed space during the job: its bytes fell, or its writer counted "
+        "evictions (LMCache's L2)"
+    )
     engines: int = Field(description="Engine sample series that carried a count")
 
 
