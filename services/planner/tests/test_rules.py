@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kvbench_contracts.events import MachinePolicy
 from kvbench_planner.cluster import Machine, RdmaPort
 from kvbench_planner.validation import load_cluster_file, review_plan, review_text
 
@@ -66,6 +67,29 @@ def test_guide_example_235b_needs_4_mi300x_or_8_h100() -> None:
             {"lab": machines(gpu=gpu, vendor=vendor, gpus=8)}.get,
         )
         assert "model_does_not_fit" not in by_code(ok)
+
+
+def test_review_refuses_what_a_real_machines_operator_does_not_allow() -> None:
+    """The agents' allow-lists travel in their inventory: a plan choosing an image or a tier directory they refuse
+    is refused at review, naming the machine, the field and the setting; a machine that says nothing is left to its
+    agent (which refuses the same at stack start)."""
+    strict = MachinePolicy(allowed_images=["vllm/vllm-openai:*"], allowed_data_dirs=["/mnt/nvme"])
+    lab = [m.model_copy(update={"policy": strict}) for m in machines(2)]
+    workload: dict[str, Any] = {"name": "a", "strategy": "spill", "stack": "vllm-lmcache-mp", "kv_tier": "nvme",
+                "engine": {"args": {"image": "evil/miner:latest"}},
+                "sizing": {"host_memory_gb": 10, "disk_tier_gb": 50, "disk_tier_path": "/srv/kv"}}  # fmt: skip
+    review = review_plan(plan(workload), {"lab": lab}.get)
+    refused = [e for e in review.errors if e.code == "not_allowed"]
+    assert {(e.field, e.message.split(":")[0]) for e in refused} == {
+        ("engine.args.image", "m0"), ("engine.args.image", "m1"),
+        ("sizing.disk_tier_path", "m0"), ("sizing.disk_tier_path", "m1"),
+    }  # fmt: skip
+    assert all("KVBENCH_NODE_AGENT_ALLOWED_" in e.fix for e in refused)
+    allowed = {**workload, "engine": {"args": {"image": "vllm/vllm-openai:v0.28.0"}},
+               "sizing": {**workload["sizing"], "disk_tier_path": "/mnt/nvme/lmcache"}}  # fmt: skip
+    assert not [e for e in review_plan(plan(allowed), {"lab": lab}.get).errors if e.code == "not_allowed"]
+    silent = review_plan(plan(workload), {"lab": machines(2)}.get)
+    assert not [e for e in silent.errors if e.code == "not_allowed"]
 
 
 def test_inventory_rules() -> None:

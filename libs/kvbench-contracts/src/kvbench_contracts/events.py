@@ -30,6 +30,7 @@ __all__ = [
     "JobFinished",
     "JobProgressed",
     "JobStarted",
+    "MachinePolicy",
     "NodeInventory",
     "NodeRegistered",
     "RecordsBatch",
@@ -46,6 +47,23 @@ __all__ = [
 ]
 
 RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+
+
+class MachinePolicy(BaseModel):
+    """What a plan may make a machine run or write, set by its operator in the agent's settings (never by a plan):
+    the planner's review and the agent check it the same way (kvbench_core.allowlist)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    allowed_images: list[str] = Field(
+        default_factory=list, description="Images a plan may choose (engine.args.image), globs; none: the stacks' own"
+    )
+    allowed_code_dirs: list[str] = Field(
+        default_factory=list, description="Script directories a plan may name (engine.args.lmcache_examples)"
+    )
+    allowed_data_dirs: list[str] = Field(
+        default_factory=list, description="Directories a plan's tiers must lie in; none: any the plan rules accept"
+    )
 
 
 class NodeInventory(BaseModel):
@@ -69,6 +87,7 @@ class NodeInventory(BaseModel):
     lldp: list[dict[str, Any]] = Field(
         default_factory=list, description="LLDP neighbours of the NICs (lldpd): which switch port each is cabled to"
     )
+    policy: MachinePolicy | None = Field(None, description="What a plan may run or write here (a real machine's)")
 
 
 class NodeRegistered(Envelope):

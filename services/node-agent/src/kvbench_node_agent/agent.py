@@ -20,6 +20,7 @@ from kvbench_contracts.events import EngineSampled, NodeRegistered, StackFailed,
 from kvbench_contracts.fabric import NicSampled
 from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.plan import SimCluster
+from kvbench_core.allowlist import refusals
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
@@ -48,7 +49,8 @@ class NodeAgent:
         self.node_id = settings.node_id
         declared = (settings.sim_gpu, settings.sim_gpus) if settings.sim_gpus else None
         self.inventory = collect_inventory(settings.node_id, settings.simulated, settings.group, settings.address,
-                                           sim_switch=settings.sim_switch, sim_gpus=declared)  # fmt: skip
+                                           sim_switch=settings.sim_switch, sim_gpus=declared,
+                                           policy=settings.policy())  # fmt: skip
         state_dir = Path(settings.state_dir) / settings.node_id
         host = self.inventory.address or "127.0.0.1"
         # a simulated host of a group simulates the GPUs it declares when a plan has no sim section
@@ -162,6 +164,9 @@ class NodeAgent:
         launcher = self.launchers.get(command.launcher)
         if launcher is None:
             raise LaunchError(f"{self.node_id}: launcher {command.launcher!r} is not available; use process or docker")
+        refused = refusals(command.engine.args, command.sizing, self.settings.policy())
+        if refused:
+            raise LaunchError(f"{self.node_id}: " + "; ".join(f"{p.field}: {p.message}. Fix: {p.fix}" for p in refused))
         machines = list(command.pool) or [
             PoolMachine(
                 name=self.node_id,

@@ -9,7 +9,7 @@ import socket
 import subprocess
 from typing import Any
 
-from kvbench_contracts.events import NodeInventory
+from kvbench_contracts.events import MachinePolicy, NodeInventory
 from kvbench_contracts.fabric import LldpNeighbor
 from kvbench_node_agent.fabric import lldp_neighbors, nic_fec, rdma_port_details, read_text
 from kvbench_stacks.hardware import gpu_spec
@@ -183,8 +183,10 @@ def collect_inventory(
     address: str | None = None,
     sim_switch: str | None = None,
     sim_gpus: tuple[str, int] | None = None,
+    policy: MachinePolicy | None = None,
 ) -> NodeInventory:
-    """``sim_gpus``: a simulated host of a group declares these GPUs (model, count), as a real one would."""
+    """``sim_gpus``: a simulated host of a group declares these GPUs (model, count), as a real one would;
+    ``policy``: what a plan may run or write on this (real) machine, for the planner's review."""
     if simulated:
         spec = gpu_spec(sim_gpus[0]) if sim_gpus else None
         return NodeInventory(
@@ -219,4 +221,5 @@ def collect_inventory(
         disks=disks(),
         nics=nics(),
         lldp=[n.model_dump() for n in lldp_neighbors()],
+        policy=policy,
     )

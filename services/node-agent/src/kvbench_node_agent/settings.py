@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from typing import Annotated
 
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from kvbench_contracts.events import MachinePolicy
 from kvbench_core.settings import ServiceSettings
 
 __all__ = ["NodeAgentSettings"]
@@ -27,3 +30,33 @@ class NodeAgentSettings(ServiceSettings):
         "L40S", description="Simulated hosts of a group (no plan sim section): the GPU model their engines simulate"
     )
     sim_gpus: int = Field(0, ge=0, le=16, description="Simulated hosts of a group: the GPUs they declare (0: none)")
+    # what a plan may make this machine run or write (kvbench_node_agent.allowlist): comma-separated
+    allowed_images: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Container images a plan may choose (engine.args.image), globs; none: the stacks' own only"
+    )
+    allowed_code_dirs: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Directories a plan may point engine.args.lmcache_examples into, besides /opt/lmcache/examples"
+    )
+    allowed_data_dirs: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Directories a plan's disk tier and shared mount must lie in; none: any the plan rules accept"
+    )
+
+    @field_validator("allowed_images", "allowed_code_dirs", "allowed_data_dirs", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("allowed_code_dirs", "allowed_data_dirs")
+    @classmethod
+    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        relative = [d for d in value if not d.startswith("/")]
+        if relative:
+            raise ValueError(f"directories must be absolute paths: {', '.join(relative)}")
+        return value
+
+    def policy(self) -> MachinePolicy:
+        """What a plan may make this machine run or write, as the planner's review reads it from the inventory."""
+        return MachinePolicy(allowed_images=list(self.allowed_images), allowed_code_dirs=list(self.allowed_code_dirs),
+                             allowed_data_dirs=list(self.allowed_data_dirs))  # fmt: skip

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvbench_contracts.events import MachinePolicy
 from kvbench_contracts.plan import SimCluster
 from kvbench_stacks.hardware import gpu_spec
 
@@ -29,6 +30,9 @@ class Machine(BaseModel):
     ram_gb: float = Field(0, ge=0, description="Host RAM, GB")
     rdma: list[RdmaPort] = Field(default_factory=list, description="RDMA ports and their state")
     simulated: bool = Field(False, description="A machine of a simulated cluster")
+    policy: MachinePolicy | None = Field(
+        None, description="What a plan may run or write there, from its agent's settings (older agents: unknown)"
+    )
 
 
 class ClusterFile(BaseModel):
@@ -66,4 +70,5 @@ def machine_from_inventory(inventory: dict[str, Any]) -> Machine:
         ram_gb=float(inventory.get("ram_gb") or 0),
         rdma=[RdmaPort(device=str(p.get("device")), state=str(p.get("state"))) for p in inventory.get("rdma") or []],
         simulated=bool(inventory.get("simulated")),
+        policy=MachinePolicy.model_validate(inventory["policy"]) if inventory.get("policy") else None,
     )

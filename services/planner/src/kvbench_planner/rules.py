@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from kvbench_contracts.plan import Workload
 from kvbench_contracts.problem import Problem
+from kvbench_core.allowlist import refusals
 from kvbench_planner.cluster import Machine
 from kvbench_stacks.catalog import CATALOG, ORCHESTRATOR_LOCKS, StackSpec
 from kvbench_stacks.hardware import (
@@ -372,6 +373,10 @@ def _machine_rules(
             f"Choose one of {', '.join(simulated_gpus())}.",
             "cluster.sim.gpu",
         )
+    for machine in machines:  # what each real machine's operator lets a plan run or write there
+        if machine.policy is not None and not machine.simulated:
+            for problem in refusals(w.engine.args, w.sizing, machine.policy):
+                err(problem.code, f"{machine.name}: {problem.message}", problem.fix, problem.field)
     vendors = {m.vendor for m in machines if m.vendor}
     min_gpus = min(m.gpus for m in machines)
     min_ram = min(m.ram_gb for m in machines)
