@@ -81,6 +81,13 @@ def test_the_agent_runs_on_gpu_nodes_with_the_hosts_network_and_secrets_come_fro
     assert agent["tolerations"][0]["key"] == "nvidia.com/gpu"
     container = agent["containers"][0]
     assert set(container["securityContext"]["capabilities"]["add"]) == {"NET_ADMIN", "IPC_LOCK"}
+    agent_env = {e["name"]: e.get("value") for e in container["env"]}
+    assert agent_env["KVBENCH_NODE_AGENT_ALLOWED_IMAGES"] == ""  # by default a plan cannot choose an image
+    allowing = render(helm, chart_without_dependency, *EXTERNAL_BUS, "--set",
+                      "nodeAgent.allowedImages={vllm/vllm-openai:*,lmcache/vllm-openai:*}")  # fmt: skip
+    daemonset = next(d for d in allowing if d["kind"] == "DaemonSet")
+    env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["KVBENCH_NODE_AGENT_ALLOWED_IMAGES"] == "vllm/vllm-openai:*,lmcache/vllm-openai:*"
     for name, doc in docs.items():
         if doc["kind"] not in ("Deployment", "DaemonSet"):
             continue
