@@ -75,7 +75,7 @@ def test_the_console_comparison_fits_80_columns_and_says_whether_it_helped(monke
     monkeypatch.setattr(console_module, "console", screen)
     interval = {"n": 3, "mean": 3.98, "std": 0.05, "ci95": [3.85, 4.11], "verdict": "helped"}
     speedup = dict.fromkeys(("ttft_p50", "ttft_p99", "output_tokens_per_s", "goodput_rps"), interval)
-    report = {
+    report: dict[str, Any] = {
         "plan_name": "demo-prefix-cache",
         "run_id": "01KBXYZ",
         "status": "failed",
@@ -96,6 +96,12 @@ def test_the_console_comparison_fits_80_columns_and_says_whether_it_helped(monke
             ),
         ],
     }
+    report["workloads"][1]["jobs"] = [
+        {"disk_tier": {"records_before": 0, "records_after": 120, "bytes_before": 0, "bytes_after": 9e9,
+                       "reclaimed": False}},
+        {"disk_tier": {"records_before": 120, "records_after": 377, "bytes_before": 9e9, "bytes_after": 32e9,
+                       "reclaimed": False}},
+    ]  # fmt: skip
     console_module.print_comparison(report)
     text = screen.export_text()
     assert all(len(line) <= 80 for line in text.splitlines()), text
@@ -104,3 +110,4 @@ def test_the_console_comparison_fits_80_columns_and_says_whether_it_helped(monke
     assert "3.98x helped" in text
     assert "helped against prefix-gpu: TTFT p50 3.98x (3.85-4.11)" in text
     assert "measured window 20 s is under 300 s" in text
+    assert "disk tier: 377 records, 32.0 GB left after the last job; nothing evicted" in text

@@ -119,6 +119,15 @@ def print_comparison(report: dict[str, Any]) -> None:
                 f"{figures} (95% intervals)",
                 highlight=False,
             )
+        disk = [j["disk_tier"] for j in w.get("jobs", []) if j.get("disk_tier")]
+        if disk:  # the records outlive the run: say what is left on disk
+            last = disk[-1]
+            reclaimed = "eviction reclaimed space" if any(d["reclaimed"] for d in disk) else "nothing evicted"
+            console.print(
+                f"  disk tier: {last['records_after']:,.0f} records, {last['bytes_after'] / 1e9:.1f} GB left after "
+                f"the last job; {reclaimed}",
+                highlight=False,
+            )
         for reason in w["validity"]["reasons"]:
             console.print(f"  [dim]{escape(reason)}[/dim]", highlight=False)
     print_fabric(report.get("fabric") or {})
