@@ -29,11 +29,12 @@ def submit_until_running(api_url: str, plan_text: str, timeout_s: float = 60) ->
     return run_id
 
 
-def run_to_end(api_url: str, plan_text: str, timeout_s: float = 400) -> dict[str, Any]:
-    """POST the plan, poll the run until it ends; returns its last status (``run_id``, ``status``, ...)."""
+def run_to_end(api_url: str, plan_text: str, timeout_s: float = 400, path: str = "/v1/runs") -> dict[str, Any]:
+    """POST the plan (to ``path``: /v1/accept?workload=NAME for an acceptance test), poll the run until it ends;
+    returns its last status (``run_id``, ``status``, ...)."""
     with httpx.Client(timeout=30) as client:
         response = client.post(
-            f"{api_url}/v1/runs", content=plan_text.encode(), headers={"Content-Type": "application/yaml"}
+            f"{api_url}{path}", content=plan_text.encode(), headers={"Content-Type": "application/yaml"}
         )
         assert response.status_code == 201, response.text
         run_id = response.json()["run_id"]

@@ -18,6 +18,7 @@ __all__ = [
     "err_console",
     "interrupt_on_signals",
     "ms",
+    "print_acceptance",
     "print_comparison",
     "print_fabric",
     "print_figures",
@@ -131,6 +132,20 @@ def print_comparison(report: dict[str, Any]) -> None:
         for reason in w["validity"]["reasons"]:
             console.print(f"  [dim]{escape(reason)}[/dim]", highlight=False)
     print_fabric(report.get("fabric") or {})
+
+
+def print_acceptance(accepted: dict[str, Any]) -> None:
+    """`kvbench accept`: each step with its result and evidence, then the verdict."""
+    marks = {"passed": "[green]pass[/green]", "failed": "[red]FAIL[/red]", "not applicable": "[dim]n/a[/dim]",
+             "not checked": "[yellow]not checked[/yellow]"}  # fmt: skip
+    for step in accepted["steps"]:
+        console.print(f"{marks.get(step['status'], step['status'])} {step['step']}. {escape(step['name'])}")
+        if step["evidence"]:
+            console.print(f"     {escape(step['evidence'])}", highlight=False)
+        if step["reason"] and step["status"] != "passed":
+            console.print(f"     [dim]{escape(step['reason'])}[/dim]", highlight=False)
+    colour = "green" if accepted["passed"] else "red"
+    console.print(f"[{colour}]{escape(accepted['verdict'])}[/{colour}]")
 
 
 def print_fabric(fabric: dict[str, Any]) -> None:

@@ -76,3 +76,8 @@ class RunLoad(Envelope):
         description="Engine seconds per wall-clock second (a simulated cluster's speed): the plan's durations, gaps "
         "and rates are engine seconds; the load generator paces in them and stamps records in them",
     )
+    reset_prefix_cache: bool = Field(
+        False,
+        description="Before the load, empty each engine's local prefix cache (POST /reset_prefix_cache, external "
+        "records kept): the acceptance test's reset phase",
+    )

@@ -231,6 +231,11 @@ class JobFinished(Envelope):
     notes: list[str] = Field(default_factory=list, description="What the load generator wants the report to say")
     time_scale: float = Field(1.0, gt=0, description="Engine seconds per wall-clock second of the job's records")
     client_timing: ClientTiming | None = Field(None, description="The load generator's own lag during the job")
+    prefix_cache_reset: dict[str, int] = Field(
+        default_factory=dict,
+        description="Engines whose local prefix cache it emptied before the load (RunLoad.reset_prefix_cache): "
+        "engine id -> HTTP status of POST /reset_prefix_cache (0: no answer)",
+    )
 
 
 class JobFailed(Envelope):

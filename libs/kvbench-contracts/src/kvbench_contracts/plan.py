@@ -13,7 +13,11 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kvbench_contracts.problem import Problem
+
 __all__ = [
+    "ACCEPTANCE_PHASES",
+    "AcceptancePhase",
     "Arrivals",
     "CacheStart",
     "ClusterRef",
@@ -30,6 +34,7 @@ __all__ = [
     "TraceSpec",
     "Traffic",
     "Workload",
+    "acceptance_plan",
     "deep_merge",
 ]
 
@@ -49,6 +54,11 @@ Routing = Literal["round_robin", "session_affinity", "prefix_aware", "pd_aware"]
 CacheState = Literal["empty", "warm"]
 MAX_JOB_S = 7 * 86400  # one job's load: a week is far past any benchmark
 CacheStart = Literal["fresh", "restarted", "warm"]  # what a job finds: see Workload.cache_start
+# `kvbench accept`: the same requests on a cold stack, again on its warm caches, again after the engines' local prefix
+# cache was emptied (only the external tier can serve them), and again after the whole stack restarted (only a disk
+# tier survives that). One job each, in this order, all with the same requests (one seed).
+AcceptancePhase = Literal["cold", "warm", "reset", "restart"]
+ACCEPTANCE_PHASES: tuple[AcceptancePhase, ...] = ("cold", "warm", "reset", "restart")
 
 
 class JobPoint(NamedTuple):
@@ -295,6 +305,11 @@ class Measurement(StrictModel):
     cache_state: CacheState = Field("empty", description="Cache state before each test point")
     slo: Slo = Field(default_factory=Slo, description="Latency targets for goodput")
     accuracy_gate: bool = Field(False, description="Compare cached and uncached outputs")
+    acceptance: bool = Field(
+        False,
+        description="The store-and-reload acceptance test (kvbench accept): one job per phase (cold, warm, reset, "
+        "restart) of the same requests at the first load level",
+    )
 
 
 class Workload(StrictModel):
@@ -330,17 +345,63 @@ class Workload(StrictModel):
         return 0.0
 
     def job_grid(self) -> list[JobPoint]:
-        """The workload's jobs in run order: each load level, its repeats innermost."""
+        """The workload's jobs in run order: each load level, its repeats innermost; an acceptance test's phases at
+        the first level (the repeat numbers the phase)."""
         levels = self.traffic.arrivals.load_levels()
+        if self.measurement.acceptance:
+            return [JobPoint(levels[0], phase) for phase in range(len(ACCEPTANCE_PHASES))]
         return [JobPoint(level, repeat) for level in levels for repeat in range(self.measurement.repeats)]
+
+    def acceptance_phase(self, job_index: int) -> AcceptancePhase | None:
+        return ACCEPTANCE_PHASES[job_index] if self.measurement.acceptance else None
+
+    def job_seed(self, point: JobPoint) -> int:
+        """The seed of a job's requests: its repeat, except in an acceptance test, whose phases send the same."""
+        return 0 if self.measurement.acceptance else point.repeat
 
     def cache_start(self, job_index: int) -> CacheStart:
         """How the job at ``job_index`` of the workload's run finds its caches: the first on a freshly started
         stack; each later one on a restarted stack (``cache_state: empty``) or on the caches the one before left
-        (``warm``)."""
+        (``warm``). An acceptance test restarts the stack for its restart phase only."""
         if job_index == 0:
             return "fresh"
+        if self.measurement.acceptance:
+            return "restarted" if ACCEPTANCE_PHASES[job_index] == "restart" else "warm"
         return "restarted" if self.measurement.cache_state == "empty" else "warm"
+
+
+def acceptance_plan(data: object, workload: str | None) -> tuple[dict[str, Any] | None, Problem | None]:
+    """A plan document (parsed, not yet validated) made the acceptance test of one of its workloads: that workload
+    alone, ``measurement.acceptance`` on, one repeat (the phases are the jobs). ``workload``: its name; may be left
+    out when the plan has one. The result is reviewed like any plan."""
+    workloads = data.get("workloads") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(workloads, list)
+        or not workloads
+        or not all(isinstance(w, dict) for w in workloads)
+    ):
+        return None, Problem(code="invalid_field", field="workloads", message="The plan has no workloads to accept",
+                             fix="Give the plan the workload to test.")  # fmt: skip
+    names = [str(w.get("name")) for w in workloads]
+    if workload is None and len(workloads) > 1:
+        return None, Problem(
+            code="missing_field",
+            field="workload",
+            message=f"The plan has {len(workloads)} workloads ({', '.join(names)}); the acceptance test runs one",
+            fix="Name it: kvbench accept PLAN --workload NAME (POST /v1/accept?workload=NAME).",
+        )
+    if workload is not None and workload not in names:
+        return None, Problem(code="invalid_field", field="workload", message=f"The plan has no workload {workload!r}",
+                             fix=f"Choose one of {', '.join(names)}.")  # fmt: skip
+    chosen = dict(workloads[names.index(workload) if workload is not None else 0])
+    measurement = chosen.get("measurement")
+    chosen["measurement"] = {**(measurement if isinstance(measurement, dict) else {}), "acceptance": True, "repeats": 1}
+    assert isinstance(data, dict)
+    plan = {k: v for k, v in data.items() if k != "baseline"}  # the baseline named another workload
+    plan["name"] = f"{str(data.get('name') or 'plan')[:50]}-accept"
+    plan["workloads"] = [chosen]
+    return plan, None
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

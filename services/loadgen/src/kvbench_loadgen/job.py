@@ -14,6 +14,7 @@ from kvbench_core.bus import Bus
 from kvbench_loadgen.capacity import pool_kv_capacity_tokens
 from kvbench_loadgen.driver import DriveConfig, Driver, to_record
 from kvbench_loadgen.lag import LagProbe, client_timing
+from kvbench_loadgen.reset import reset_note, reset_prefix_caches
 from kvbench_loadgen.routing import Router
 from kvbench_loadgen.settings import LoadgenSettings
 from kvbench_loadgen.sink import RecordSink
@@ -116,6 +117,7 @@ class JobRunner:
             drain_timeout_s=self._settings.drain_timeout_s,
             time_scale=cmd.time_scale,
         )
+        reset = await reset_prefix_caches(cmd.endpoints) if cmd.reset_prefix_cache else {}
         driver = Driver(config, source, Router(cmd.endpoints, cmd.routing), sink.add)
         await self._bus.publish(JobStarted(job_id=cmd.job_id, run_id=cmd.run_id, workload=cmd.workload, shard=shard))
         log.info(
@@ -149,6 +151,8 @@ class JobRunner:
             await sink.close()
         lags = sorted(result.replay_lags_s)
         notes = list(source.notes)
+        if cmd.reset_prefix_cache:
+            notes.append(reset_note(reset))
         if result.abandoned:
             notes.append(
                 "some requests still in flight at the end of the drain time did not answer cancellation and were "
@@ -177,6 +181,7 @@ class JobRunner:
                 notes=notes,
                 time_scale=cmd.time_scale,
                 client_timing=client_timing(probe, result.send_lateness_s),
+                prefix_cache_reset=reset,
             )
         )
         log.info(

@@ -33,7 +33,7 @@ from kvbench_contracts.events import (
     StackStopped,
 )
 from kvbench_contracts.node import Heartbeat, LoadgenHeartbeat, shard_key
-from kvbench_contracts.plan import Plan, SimCluster, Workload
+from kvbench_contracts.plan import JobPoint, Plan, SimCluster, Workload
 from kvbench_contracts.problem import KvbenchError, Problem
 from kvbench_core.bus import Bus
 from kvbench_planner.cluster import Machine
@@ -550,7 +550,11 @@ class Conductor:
                     pairs = list(zip(node_ids, deps, strict=True))
                     running.update(pairs)
                 started += 1
+                if workload.measurement.acceptance:  # a scrape between phases: each one's counters its own
+                    await asyncio.sleep(self.settings.acceptance_settle_s)
                 await self._run_job(state, workload, job, endpoints, watcher)
+            if workload.measurement.acceptance:
+                await asyncio.sleep(self.settings.acceptance_settle_s)  # the last phase's closing scrape
         except BaseException:
             # failing or cancelled: tell the agents to tear down, and do not wait on ones that may be gone
             await asyncio.shield(self._stop_stacks(state, pairs, wait=False))
@@ -599,11 +603,12 @@ class Conductor:
                         duration_s=duration,
                         warmup_s=workload.effective_warmup_s(),
                         routing=workload.measurement.routing,
-                        seed=job.repeat,
+                        seed=workload.job_seed(JobPoint(job.load_level, job.repeat)),
                         shard_index=index,
                         shards=shards,
                         working_set_ratio=workload.measurement.working_set_ratio,
                         time_scale=speed,
+                        reset_prefix_cache=workload.acceptance_phase(job.repeat) == "reset",
                     )
                 )
         log.info(

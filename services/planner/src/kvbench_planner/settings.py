@@ -17,6 +17,14 @@ class PlannerSettings(ApiTokenSettings):
     port: int = Field(8700, ge=1, le=65535, description="Port of the REST API")
     stack_ready_timeout_s: float = Field(300.0, gt=0, description="How long a stack may take to become healthy")
     job_grace_s: float = Field(240.0, gt=0, description="Slack after a job's load end before it is failed")
+    acceptance_settle_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="An acceptance test's pause before each phase and after the last: longer than the agents' "
+        "scrape interval (2 s), so each phase's engine counters are read before and after it, not shared with the "
+        "phase next to it",
+    )
     loadgen_shards: int = Field(1, ge=1, le=256, description="Load generator processes that share each job")
     node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")
     launcher: Literal["process", "docker"] = Field("process", description="How agents start real stacks")

@@ -272,6 +272,19 @@ def render_html(report: dict[str, Any]) -> str:
             if stack_rows
             else ""
         )
+        accepted = w.get("acceptance")
+        acceptance_html = (
+            f"<h3>Acceptance test (kvbench accept)</h3><p>Verdict: <b>{escape(accepted['verdict'])}</b></p>"
+            "<table><tr><th>step</th><th>check</th><th>result</th><th>evidence</th><th>why</th></tr>"
+            + "".join(
+                f"<tr><td>{st['step']}</td><td>{escape(st['name'])}</td><td>{escape(st['status'])}</td>"
+                f"<td>{escape(st['evidence'])}</td><td>{escape(st['reason'])}</td></tr>"
+                for st in accepted["steps"]
+            )
+            + "</table>"
+            if accepted
+            else ""
+        )
         ec = w.get("engine_counters")
         engine_line = (
             f"<p>Engine counters over the measured windows ({_fmt(ec.get('engines'), 0)} engine samples sets): "
@@ -301,7 +314,7 @@ def render_html(report: dict[str, Any]) -> str:
                 if (w.get("time_scale") or 1.0) != 1.0
                 else ""
             )
-            + f"</p><ul>{reasons}</ul>"
+            + f"</p><ul>{reasons}</ul>{acceptance_html}"
             f"<h3>How fast?</h3><table><tr><th>figure</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th></tr>"
             + "".join(
                 f"<tr><td>{label}</td>{_stat_cells(w[key])}</tr>"

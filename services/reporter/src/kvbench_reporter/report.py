@@ -20,7 +20,7 @@ import numpy as np
 
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
-from kvbench_contracts.events import ClientTiming, StackReady
+from kvbench_contracts.events import ClientTiming, JobFinished, StackReady
 from kvbench_core.analysis import DEFINITIONS, Slo, distributions, figures, select_measured
 from kvbench_core.columns import Columns
 from kvbench_core.compare import COMPARE_DEFINITION, choose_baseline, compare_to_baseline
@@ -32,6 +32,7 @@ from kvbench_core.timing import (
     timing_verdict,
     worst_client_timing,
 )
+from kvbench_reporter.acceptance import acceptance
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
 from kvbench_stacks.hardware import find_model
@@ -672,8 +673,16 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             workload["limits"], workload["prompt_token_sources"], workload["comparison"].get("verdict")
         )
     run_events = await store.events(run_id)
+    resets: dict[str, dict[str, int]] = defaultdict(dict)  # job -> engine -> POST /reset_prefix_cache's status
+    for e in run_events:
+        if e["schema"] == JobFinished.SCHEMA:
+            payload = _json(e["payload"]) or {}
+            resets[str(payload.get("job_id"))].update(payload.get("prefix_cache_reset") or {})
     for workload in workloads_out:
         workload["stacks"] = stacks_started(run_events, workload["name"])
+        spec = specs.get(workload["name"], {})
+        if (spec.get("measurement") or {}).get("acceptance"):
+            workload["acceptance"] = acceptance(workload, resets, spec.get("model"))
     events = [
         {
             "at": e["occurred_at"].isoformat(),

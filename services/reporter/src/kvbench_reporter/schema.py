@@ -155,6 +155,11 @@ class Workload(_Open):
     stacks: list[StackStarted] = Field(
         default_factory=list, description="What each machine said of the workload's stacks as they came up"
     )
+    acceptance: dict[str, Any] | None = Field(
+        None,
+        description="kvbench accept: {verdict, passed, steps: [{step, name, status (passed | failed | not applicable "
+        "| not checked), evidence, reason}], passes: {cold, warm, reset, restart: {ttft_p50_ms, hit_rate, tokens}}}",
+    )
 
 
 class Report(_Open):

@@ -20,6 +20,7 @@ from kvbench_cli.console import (
     console,
     err_console,
     interrupt_on_signals,
+    print_acceptance,
     print_comparison,
     print_refusal,
 )
@@ -28,11 +29,14 @@ from kvbench_cli.deployment import LocalDeployment
 __all__ = ["register"]
 
 
-def submit_and_wait(endpoints: Endpoints, plan_text: str, wait: bool) -> tuple[str, dict[str, Any] | None]:
+def submit_and_wait(
+    endpoints: Endpoints, plan_text: str, wait: bool, path: str = "/v1/runs", params: dict[str, str] | None = None
+) -> tuple[str, dict[str, Any] | None]:
     with httpx.Client(timeout=30.0) as client:
         response = client.post(
-            f"{endpoints.api_url}/v1/runs",
+            f"{endpoints.api_url}{path}",
             content=plan_text.encode(),
+            params=params,
             headers={"Content-Type": "application/yaml", **endpoints.headers()},
         )
         if response.status_code == 422:
@@ -122,6 +126,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if status["status"] == "succeeded" else 1
 
 
+def cmd_accept(args: argparse.Namespace) -> int:
+    """The store-and-reload acceptance test of one workload of a plan: exit 0 when every step passed."""
+    endpoints = resolve_endpoints(Path(args.state_dir), args.api, args.report_api)
+    plan_text = Path(args.plan).read_text()
+    params = {"workload": args.workload} if args.workload else None
+    run_id, status = submit_and_wait(endpoints, plan_text, wait=True, path="/v1/accept", params=params)
+    report = fetch_report(endpoints, run_id)
+    accepted = next((w["acceptance"] for w in report.get("workloads", []) if w.get("acceptance")), None)
+    if args.json:
+        print(json.dumps({"run_id": run_id, "status": (status or {}).get("status"), "acceptance": accepted}, indent=2))
+    elif accepted is None:
+        err_console.print("the run measured nothing to judge: see its reasons above")
+    else:
+        print_acceptance(accepted)
+        console.print(f"report: {endpoints.report_url}/v1/runs/{run_id}/report.html")
+    return 0 if accepted and accepted["passed"] else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     interrupt_on_signals()
     out = Path(args.output)
@@ -160,6 +182,15 @@ def register(sub: Any) -> None:
     run.add_argument("--wait", action="store_true", help="follow the run and print its summary")
     add_endpoint_args(run)
     run.set_defaults(func=cmd_run)
+    accept = sub.add_parser(
+        "accept",
+        help="the store-and-reload acceptance test of a workload: records created in its external tier and reloaded",
+    )
+    accept.add_argument("plan")
+    accept.add_argument("--workload", help="the workload to test (the plan's only one when left out)")
+    accept.add_argument("--json", action="store_true", help="print the steps as JSON")
+    add_endpoint_args(accept)
+    accept.set_defaults(func=cmd_accept)
     demo = sub.add_parser("demo", help="up, run the demo plan, write the report, down")
     demo.add_argument("--output", default="demo-output")
     demo.set_defaults(func=cmd_demo)

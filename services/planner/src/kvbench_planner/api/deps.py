@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter
 
+from kvbench_contracts.plan import acceptance_plan
 from kvbench_contracts.problem import Problem
 from kvbench_core.bus import Bus
 from kvbench_core.metrics import metric_name
@@ -21,6 +22,7 @@ from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.validation import MAX_DOCUMENT_BYTES, Review, parse_document, review_plan
 
 __all__ = [
+    "AcceptanceReviewDep",
     "AsciiJSONResponse",
     "BusDep",
     "ConductorDep",
@@ -121,6 +123,24 @@ def refusal(status_code: int, field: str, code: str, message: str, fix: str) -> 
 
 async def read_plan(request: Request, machines: RegistryDep) -> Review:
     """The request's plan reviewed against the registered groups and secrets (bounded in size before parsing)."""
+    data, problem = parse_document(await _bounded_body(request))
+    if problem is not None:
+        return Review(None, [problem])
+    return _reviewed(data, machines)
+
+
+async def read_acceptance_plan(request: Request, machines: RegistryDep, workload: str | None = None) -> Review:
+    """``POST /v1/accept?workload=NAME``: the request's plan made the acceptance test of one of its workloads
+    (kvbench_contracts.plan.acceptance_plan), then reviewed as any plan."""
+    data, problem = parse_document(await _bounded_body(request))
+    if problem is None:
+        data, problem = acceptance_plan(data, workload)
+    if problem is not None:
+        return Review(None, [problem])
+    return _reviewed(data, machines)
+
+
+async def _bounded_body(request: Request) -> bytes:
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > MAX_DOCUMENT_BYTES:
         raise HTTPException(status_code=413, detail=f"the plan is larger than {MAX_DOCUMENT_BYTES} bytes")
@@ -131,10 +151,10 @@ async def read_plan(request: Request, machines: RegistryDep) -> Review:
         if size > MAX_DOCUMENT_BYTES:
             raise HTTPException(status_code=413, detail=f"the plan is larger than {MAX_DOCUMENT_BYTES} bytes")
         chunks.append(chunk)
-    body = b"".join(chunks)
-    data, problem = parse_document(body)
-    if problem is not None:
-        return Review(None, [problem])
+    return b"".join(chunks)
+
+
+def _reviewed(data: object, machines: Registry) -> Review:
     review = review_plan(data, machines.groups().get)
     if review.plan is not None:
         known = set(machines.secret_names())
@@ -155,3 +175,4 @@ async def read_plan(request: Request, machines: RegistryDep) -> Review:
 
 
 ReviewDep = Annotated[Review, Depends(read_plan)]
+AcceptanceReviewDep = Annotated[Review, Depends(read_acceptance_plan)]

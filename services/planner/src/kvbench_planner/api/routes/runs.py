@@ -9,8 +9,10 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
 from kvbench_planner.api.deps import (
+    AcceptanceReviewDep,
     ConductorDep,
     MetricsDep,
+    PlannerMetrics,
     ReviewDep,
     SettingsDep,
     authorized,
@@ -19,6 +21,9 @@ from kvbench_planner.api.deps import (
 )
 from kvbench_planner.api.openapi import PLAN_BODY, REFUSED
 from kvbench_planner.api.schemas import RunCreated, RunDetail, RunSummary
+from kvbench_planner.conductor import Conductor
+from kvbench_planner.settings import PlannerSettings
+from kvbench_planner.validation import Review
 
 router = APIRouter(tags=["runs"])
 log = logging.getLogger("kvbench_planner")
@@ -38,6 +43,32 @@ _NO_RUN: dict[int | str, dict[str, Any]] = {404: {"description": "No such run"}}
 )
 async def create_run(
     review: ReviewDep, conductor: ConductorDep, metrics: MetricsDep, settings: SettingsDep
+) -> JSONResponse:
+    return await _submit(review, conductor, metrics, settings)
+
+
+@router.post(
+    "/v1/accept",
+    status_code=201,
+    openapi_extra=PLAN_BODY,
+    dependencies=authorized,
+    responses={
+        **REFUSED,
+        201: {"model": RunCreated, "description": "The acceptance run's id and its warnings"},
+        429: {"description": "Too many runs pending or running (KVBENCH_PLANNER_MAX_ACTIVE_RUNS)"},
+    },
+)
+async def create_acceptance_run(
+    review: AcceptanceReviewDep, conductor: ConductorDep, metrics: MetricsDep, settings: SettingsDep
+) -> JSONResponse:
+    """The store-and-reload acceptance test of one workload of the plan (``?workload=NAME`` when it has several):
+    the same requests cold, warm, after emptying the engines' prefix cache and after restarting the stack; the
+    run's report says, step by step, whether records were created in the external tier and reloaded from it."""
+    return await _submit(review, conductor, metrics, settings)
+
+
+async def _submit(
+    review: Review, conductor: Conductor, metrics: PlannerMetrics, settings: PlannerSettings
 ) -> JSONResponse:
     if not review.valid or review.plan is None:
         metrics.refused.inc()

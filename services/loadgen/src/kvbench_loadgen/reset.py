@@ -1,0 +1,41 @@
+"""Emptying the engines' local prefix caches before a job (the acceptance test's reset phase): vLLM's and the
+simulator's ``POST /reset_prefix_cache`` (external, connector-kept records stay: vLLM resets them only when asked with
+``reset_external=true``). vLLM serves the route only when started with ``VLLM_SERVER_DEV_MODE=1``."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from kvbench_contracts.events import EngineEndpoint
+
+__all__ = ["reset_note", "reset_prefix_caches"]
+
+
+async def reset_prefix_caches(endpoints: list[EngineEndpoint], timeout_s: float = 30.0) -> dict[str, int]:
+    """Each engine's answer (a router passes nothing on, so it is skipped): engine id -> HTTP status, 0 when it did
+    not answer."""
+    statuses: dict[str, int] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        for endpoint in endpoints:
+            if endpoint.role == "router":
+                continue
+            try:
+                async with session.post(endpoint.base_url.rstrip("/") + "/reset_prefix_cache") as response:
+                    statuses[endpoint.engine_id] = response.status
+            except (aiohttp.ClientError, TimeoutError):
+                statuses[endpoint.engine_id] = 0
+    return statuses
+
+
+def reset_note(statuses: dict[str, int]) -> str:
+    """What the report says of it, in words."""
+    done = sorted(e for e, status in statuses.items() if 200 <= status < 300)
+    failed = {e: s for e, s in sorted(statuses.items()) if not 200 <= s < 300}
+    note = f"emptied the local prefix cache of {len(done)} of {len(statuses)} engines before the load"
+    if failed:
+        answers = ", ".join(f"{e}: {'no answer' if s == 0 else f'HTTP {s}'}" for e, s in failed.items())
+        note += (
+            f" ({answers}; vLLM serves POST /reset_prefix_cache only when started with VLLM_SERVER_DEV_MODE=1, an "
+            "engine without the call needs restarting alone)"
+        )
+    return note

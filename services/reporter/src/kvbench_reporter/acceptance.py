@@ -1,0 +1,177 @@
+"""The store-and-reload acceptance test (`kvbench accept`, the LMCache study's §5.6), judged from the run's own
+evidence: the same requests cold, warm, after the engines' local prefix cache was emptied, and after the whole stack
+restarted (one job each, ``kvbench_contracts.plan.ACCEPTANCE_PHASES``). Each step passes or fails with the figures
+that decide it; the verdict names the first step that failed and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench_contracts.plan import ACCEPTANCE_PHASES
+
+__all__ = ["acceptance"]
+
+EXTERNAL_SOURCES = ("host_tier", "disk", "shared_store", "external_unattributed")
+TIER_BYTES = {"host": "kv_bytes_stored_host", "disk": "kv_bytes_stored_disk", "shared store": "kv_bytes_stored_remote"}
+
+
+def _tokens(job: dict[str, Any]) -> dict[str, float]:
+    """Where the job's prompt tokens came from, by the engines' counters (the report's source names); empty when
+    no engine counter covered the job."""
+    counters = job.get("engine_counters") or {}
+    tokens = {
+        "gpu_hit": counters.get("prompt_tokens_gpu", 0.0),
+        "host_tier": counters.get("prompt_tokens_host", 0.0),
+        "disk": counters.get("prompt_tokens_disk", 0.0),
+        "shared_store": counters.get("prompt_tokens_remote", 0.0),
+        "external_unattributed": counters.get("prompt_tokens_external", 0.0),
+        "recomputed": counters.get("prompt_tokens_recomputed", 0.0),
+    }
+    # a cache server's own count splits the engines' unattributed hits between its tiers (LMCache MP)
+    host, disk = counters.get("cache_server_hit_tokens_host", 0.0), counters.get("cache_server_hit_tokens_disk", 0.0)
+    if tokens["external_unattributed"] and host + disk > 0:
+        tokens["disk"] += tokens["external_unattributed"] * disk / (host + disk)
+        tokens["host_tier"] += tokens["external_unattributed"] * host / (host + disk)
+        tokens["external_unattributed"] = 0.0
+    return tokens if counters.get("prompt_tokens") else {}
+
+
+def _pass(job: dict[str, Any]) -> dict[str, Any]:
+    tokens = _tokens(job)
+    total = sum(tokens.values())
+    external = sum(tokens.get(k, 0.0) for k in EXTERNAL_SOURCES)
+    return {
+        "job_id": job.get("job_id"),
+        "ttft_p50_ms": (job.get("ttft_ms") or {}).get("p50"),
+        "requests": job.get("requests_measured"),
+        "errors": job.get("errors"),
+        "hit_rate": (total - tokens.get("recomputed", 0.0)) / total if total else None,
+        "external_hit_rate": external / total if total else None,
+        "tokens": {k: round(v) for k, v in tokens.items() if v},
+    }
+
+
+def _step(number: int, name: str, ok: bool | None, evidence: str, reason: str = "") -> dict[str, Any]:
+    status = "passed" if ok else "not applicable" if ok is None else "failed"
+    return {"step": number, "name": name, "status": status, "evidence": evidence, "reason": reason}
+
+
+def acceptance(workload: dict[str, Any], resets: dict[str, dict[str, int]], model: str | None) -> dict[str, Any]:
+    """The acceptance test of ``workload`` (the report's workload entry, its jobs in phase order);
+    ``resets``: for each job, what each engine answered to POST /reset_prefix_cache."""
+    jobs = {ACCEPTANCE_PHASES[j["repeat"]]: j for j in workload["jobs"] if 0 <= j["repeat"] < len(ACCEPTANCE_PHASES)}
+    missing = [p for p in ACCEPTANCE_PHASES if p not in jobs or jobs[p].get("status") != "succeeded"]
+    passes = {phase: _pass(job) for phase, job in jobs.items()}
+    steps: list[dict[str, Any]] = []
+
+    facts = [st.get("facts", {}) for st in workload.get("stacks", [])]
+    blocks = sorted({v for f in facts for k, v in f.items() if k.endswith("attention_block_size")})
+    steps.append(_step(
+        1, "the stack started with a fixed model and block configuration, recorded",
+        bool(blocks),
+        f"model {model or '?'}, stack {workload['stack']}, attention block size "
+        f"{', '.join(blocks) or 'not reported'} (from the engines' logs)",
+        "" if blocks else "no engine reported its block size in its log: records made under another block size "
+        "would not be told apart",
+    ))  # fmt: skip
+
+    cold = jobs.get("cold")
+    sent = bool(cold and cold.get("status") == "succeeded" and (cold.get("requests_measured") or 0) > 0)
+    steps.append(_step(
+        2, "a fixed set of requests was sent",
+        sent and not (cold or {}).get("errors"),
+        f"{(cold or {}).get('requests_measured', 0)} requests, {(cold or {}).get('errors', 0)} errors (cold pass)",
+        "" if sent else f"the cold pass did not complete ({(cold or {}).get('status', 'not run')})",
+    ))  # fmt: skip
+
+    counters = (cold or {}).get("engine_counters") or {}
+    stored = {tier: counters.get(key, 0.0) for tier, key in TIER_BYTES.items() if counters.get(key)}
+    chunks = counters.get("kv_store_chunks_completed", 0.0)
+    disk = (cold or {}).get("disk_tier") or {}
+    new_records = (disk.get("records_after") or 0) - (disk.get("records_before") or 0)
+    created = bool(stored) or chunks > 0 or new_records > 0
+    evidence = (
+        "; ".join(
+            [f"{tier}: {value / 1e9:.2f} GB stored" for tier, value in stored.items()]
+            + ([f"{chunks:,.0f} chunks written to the cache server's L2"] if chunks else [])
+            + ([f"disk tier: {new_records:,.0f} new records ({disk['records_after']:,.0f} held)"] if disk else [])
+        )
+        or "nothing stored outside the GPU"
+    )
+    steps.append(_step(
+        3, "records were created in the external tier", created, evidence,
+        "" if created else f"the cold pass stored nothing outside the GPU: the stack {workload['stack']} has no "
+        "external KV tier, or its writes failed (see the engines' and the cache server's logs)",
+    ))  # fmt: skip
+
+    reset_job = jobs.get("reset")
+    answers = resets.get(str((reset_job or {}).get("job_id")), {})
+    emptied = bool(answers) and all(200 <= s < 300 for s in answers.values())
+    kept = ""
+    reset_disk = (reset_job or {}).get("disk_tier") or {}
+    if reset_disk and disk:
+        kept = f"; the disk tier still held {reset_disk['records_before']:,.0f} records when it began"
+    steps.append(_step(
+        4, "the engines' local prefix cache was emptied, the external records kept",
+        emptied,
+        ", ".join(f"{e}: HTTP {s}" if s else f"{e}: no answer" for e, s in sorted(answers.items())) + kept
+        or "no engine was asked",
+        "" if emptied else "POST /reset_prefix_cache did not succeed on every engine (vLLM serves it only when "
+        "started with VLLM_SERVER_DEV_MODE=1; an engine without it needs restarting alone)",
+    ))  # fmt: skip
+
+    reloaded = passes.get("reset", {})
+    external = sum(reloaded.get("tokens", {}).get(k, 0) for k in EXTERNAL_SOURCES)
+    gpu = reloaded.get("tokens", {}).get("gpu_hit", 0)
+    steps.append(_step(
+        5, "the same requests were loaded from the external tier",
+        external > 0 and external > gpu,
+        f"tokens by source after the reset: {reloaded.get('tokens') or 'no engine counters'}",
+        "" if external > gpu else "after the reset the prompts were recomputed or served from the GPU, not loaded "
+        "from the external tier",
+    ))  # fmt: skip
+
+    both = all(passes.get(p, {}).get("ttft_p50_ms") is not None for p in ("cold", "reset"))
+    steps.append(_step(
+        6, "TTFT and the hit rate of both passes", both,
+        "; ".join(
+            f"{p}: TTFT p50 {_ms(passes[p].get('ttft_p50_ms'))}, hit rate {_pct(passes[p].get('hit_rate'))}"
+            for p in ("cold", "reset") if p in passes
+        ),
+        "" if both else "a pass measured no request",
+    ))  # fmt: skip
+
+    restart = passes.get("restart", {})
+    restart_disk = restart.get("tokens", {}).get("disk", 0)
+    has_disk = bool(disk) or "disk" in stored or chunks > 0
+    steps.append(_step(
+        7, "cold, warm, and after a whole-stack restart (a disk tier's records survive it)",
+        (restart_disk > 0) if has_disk else None,
+        "; ".join(f"{p}: TTFT p50 {_ms(passes[p].get('ttft_p50_ms'))}" for p in ACCEPTANCE_PHASES if p in passes)
+        + (f"; from disk after the restart: {restart_disk:,.0f} tokens" if has_disk else ""),
+        "" if not has_disk or restart_disk > 0 else "after the restart nothing was loaded from the disk tier: its "
+        "records did not survive, or were made under another configuration",
+    ))  # fmt: skip
+
+    steps.append({
+        "step": 8, "name": "answers of the reloaded pass match the cold pass", "status": "not checked",
+        "evidence": "", "reason": "kvbench does not keep the answers' text: the token-for-token comparison "
+        "(within a stated tolerance for hybrid Mamba/GDN models) is not measured",
+    })  # fmt: skip
+    failed = [s for s in steps if s["status"] == "failed"]
+    if missing:
+        verdict = f"failed: the {', '.join(missing)} pass did not complete"
+    elif failed:
+        verdict = f"failed at step {failed[0]['step']} ({failed[0]['name']}): {failed[0]['reason']}"
+    else:
+        verdict = "passed"
+    return {"verdict": verdict, "passed": not failed and not missing, "steps": steps, "passes": passes}
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"

@@ -1,0 +1,70 @@
+"""The acceptance test's judge (kvbench accept): each step from the run's own figures, the first failure named."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvbench_reporter.acceptance import acceptance
+
+
+def _job(repeat: int, counters: Mapping[str, float], ttft: float, disk: dict[str, Any] | None = None) -> dict[str, Any]:
+    prompt = sum(v for k, v in counters.items() if k.startswith("prompt_tokens_"))
+    return {
+        "job_id": f"J{repeat}",
+        "repeat": repeat,
+        "status": "succeeded",
+        "requests_measured": 40,
+        "errors": 0,
+        "ttft_ms": {"p50": ttft},
+        "engine_counters": {"prompt_tokens": prompt, **counters},
+        "disk_tier": disk,
+    }
+
+
+def _workload(reset: Mapping[str, float], restart: Mapping[str, float]) -> dict[str, Any]:
+    disk = {"records_before": 0, "records_after": 120, "bytes_before": 0, "bytes_after": 4e9, "reclaimed": False}
+    return {
+        "name": "lmcache", "stack": "vllm-lmcache-mp",
+        "stacks": [{"facts": {"engine0.attention_block_size": "2144"}}],
+        "jobs": [
+            _job(0, {"prompt_tokens_recomputed": 320_000, "kv_bytes_stored_disk": 4e9}, 1320.0, disk),
+            _job(1, {"prompt_tokens_gpu": 256_000, "prompt_tokens_recomputed": 64_000}, 340.0, disk),
+            _job(2, reset, 470.0, {**disk, "records_before": 120}),
+            _job(3, restart, 710.0, disk),
+        ],
+    }  # fmt: skip
+
+
+def test_a_stack_whose_engines_cannot_empty_their_prefix_cache_fails_step_4_with_the_fix() -> None:
+    reloaded = {"prompt_tokens_host": 250_000, "prompt_tokens_recomputed": 70_000}
+    from_disk = {"prompt_tokens_disk": 250_000, "prompt_tokens_recomputed": 70_000}
+    judged = acceptance(_workload(reloaded, from_disk), {"J2": {"e0": 404}}, "m")
+    assert judged["passed"] is False
+    assert judged["verdict"].startswith("failed at step 4")
+    assert "VLLM_SERVER_DEV_MODE=1" in judged["verdict"]
+    assert judged["steps"][3]["evidence"].startswith("e0: HTTP 404")
+    passed = acceptance(_workload(reloaded, from_disk), {"J2": {"e0": 200}}, "m")
+    assert passed["verdict"] == "passed"
+    assert passed["passes"]["reset"]["external_hit_rate"] == 250_000 / 320_000
+
+
+def test_gpu_hits_after_the_reset_or_no_disk_reload_after_the_restart_fail_their_steps() -> None:
+    gpu = {"prompt_tokens_gpu": 250_000, "prompt_tokens_recomputed": 70_000}  # the reset did not take
+    recomputed = {"prompt_tokens_recomputed": 320_000}  # the disk records did not survive the restart
+    judged = acceptance(_workload(gpu, recomputed), {"J2": {"e0": 200}}, "m")
+    failed = [s["step"] for s in judged["steps"] if s["status"] == "failed"]
+    assert failed == [5, 7]
+    assert judged["verdict"].startswith("failed at step 5")
+    # an LMCache server's own count splits the engines' unattributed hits between its tiers
+    unattributed = {"prompt_tokens_external": 200_000, "prompt_tokens_recomputed": 120_000,
+                    "cache_server_hit_tokens_host": 50.0, "cache_server_hit_tokens_disk": 150.0}  # fmt: skip
+    judged = acceptance(_workload(unattributed, unattributed), {"J2": {"e0": 200}}, "m")
+    assert judged["passes"]["restart"]["tokens"] == {"host_tier": 50_000, "disk": 150_000, "recomputed": 120_000}
+    assert judged["passed"] is True
+
+
+def test_a_phase_that_did_not_run_fails_the_test() -> None:
+    workload = _workload({"prompt_tokens_host": 1.0}, {"prompt_tokens_disk": 1.0})
+    workload["jobs"][3]["status"] = "failed"
+    assert acceptance(workload, {"J2": {"e0": 200}}, "m")["verdict"] == "failed: the restart pass did not complete"

@@ -1,0 +1,79 @@
+"""`kvbench accept` on the simulated cluster: the LMCache study's stack passes every step of the store-and-reload
+acceptance test with its evidence (records written to L1 and the disk tier, reloaded after the engines' prefix cache
+was emptied, and from disk after the whole stack restarted); a stack with no external tier fails step 3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvbench_cli.api import Endpoints, fetch_report
+from kvbench_cli.deployment import LocalDeployment
+
+from .runs import run_to_end
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+# the study's stack shrunk: 40 documents of 8,000 tokens, one round per phase, engines paced 20x real time
+PLAN = """
+version: 1
+name: accept-small
+defaults:
+  model: nvidia/Qwen3.6-35B-A3B-NVFP4
+  engine: {name: vllm, args: {gpu_memory_utilization: 0.3}}
+  cluster: {sim: {machines: 1, gpu: GB10, gpus_per_machine: 1, host_memory_gb: 121, speed: 20}}
+  traffic:
+    shape: document_reuse
+    documents: {count: 40, tokens: 8000, rounds: 1, order: tile, measure_rounds: [1]}
+    arrivals: {mode: closed_loop, users: [1]}
+workloads:
+  - {name: vllm-only, strategy: own_cache, stack: vllm-prefix-gpu}
+  - {name: lmcache, strategy: spill, stack: vllm-lmcache-mp, kv_tier: nvme,
+     sizing: {host_memory_gb: 20, disk_tier_gb: 500, disk_tier_path: /mnt/nvme/lmcache}}
+"""
+
+
+def test_the_study_stack_passes_and_a_gpu_only_stack_fails_step_3(
+    nats_url: str, fresh_database: str, tmp_path: Path
+) -> None:
+    deployment = LocalDeployment(tmp_path / "kvbench")
+    state = deployment.up(sim_machines=1, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
+    endpoints = Endpoints(state.api_url, state.report_url, None)
+    try:
+        # a plan of several workloads: the test needs to be told which
+        refused = httpx.post(f"{state.api_url}/v1/accept", content=PLAN.encode(), timeout=30,
+                             headers={"Content-Type": "application/yaml"})  # fmt: skip
+        assert refused.status_code == 422
+        (error,) = refused.json()["errors"]
+        assert error["field"] == "workload"
+        assert "--workload NAME" in error["fix"]
+
+        status = run_to_end(state.api_url, PLAN, path="/v1/accept?workload=lmcache")
+        assert status["status"] == "succeeded", status
+        assert [j["repeat"] for j in status["jobs"]] == [0, 1, 2, 3]  # cold, warm, reset, restart
+        (workload,) = fetch_report(endpoints, status["run_id"])["workloads"]
+        accepted = workload["acceptance"]
+        steps = {s["step"]: s for s in accepted["steps"]}
+        assert accepted["passed"] is True, accepted
+        assert accepted["verdict"] == "passed"
+        assert [steps[n]["status"] for n in range(1, 8)] == ["passed"] * 7
+        assert steps[8]["status"] == "not checked"  # the answers' text is not kept: said, not claimed
+        assert "attention block size" in steps[1]["evidence"]
+        assert "disk tier:" in steps[3]["evidence"]
+        assert "HTTP 200" in steps[4]["evidence"]
+        passes = accepted["passes"]
+        assert passes["reset"]["external_hit_rate"] > 0.5  # reloaded from the external tier, not recomputed
+        assert passes["reset"]["ttft_p50_ms"] < passes["cold"]["ttft_p50_ms"]
+        assert passes["restart"]["tokens"].get("disk", 0) > 0  # the disk records survived the restart
+
+        status = run_to_end(state.api_url, PLAN, path="/v1/accept?workload=vllm-only")
+        assert status["status"] == "succeeded", status
+        (workload,) = fetch_report(endpoints, status["run_id"])["workloads"]
+        accepted = workload["acceptance"]
+        assert accepted["passed"] is False
+        assert accepted["verdict"].startswith("failed at step 3 (records were created in the external tier)")
+        assert "has no external KV tier" in accepted["verdict"]
+    finally:
+        deployment.down()
