@@ -4,6 +4,7 @@ was emptied, and from disk after the whole stack restarted); a stack with no ext
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 
 from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
+from kvbench_cli.main import main
 
 from .runs import run_to_end
 
@@ -36,7 +38,7 @@ workloads:
 
 
 def test_the_study_stack_passes_and_a_gpu_only_stack_fails_step_3(
-    nats_url: str, fresh_database: str, tmp_path: Path
+    nats_url: str, fresh_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     deployment = LocalDeployment(tmp_path / "kvbench")
     state = deployment.up(sim_machines=1, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
@@ -68,10 +70,15 @@ def test_the_study_stack_passes_and_a_gpu_only_stack_fails_step_3(
         assert passes["reset"]["ttft_p50_ms"] < passes["cold"]["ttft_p50_ms"]
         assert passes["restart"]["tokens"].get("disk", 0) > 0  # the disk records survived the restart
 
-        status = run_to_end(state.api_url, PLAN, path="/v1/accept?workload=vllm-only")
-        assert status["status"] == "succeeded", status
-        (workload,) = fetch_report(endpoints, status["run_id"])["workloads"]
-        accepted = workload["acceptance"]
+        # through the command a person types: it exits 1 and prints the steps
+        plan_file = tmp_path / "plan.yaml"
+        plan_file.write_text(PLAN)
+        with pytest.raises(SystemExit) as ended:
+            main(["accept", str(plan_file), "--workload", "vllm-only", "--json", "--api", state.api_url,
+                  "--report-api", state.report_url])  # fmt: skip
+        assert ended.value.code == 1
+        printed = capsys.readouterr().out
+        accepted = json.loads(printed[printed.index("{") :])["acceptance"]
         assert accepted["passed"] is False
         assert accepted["verdict"].startswith("failed at step 3 (records were created in the external tier)")
         assert "has no external KV tier" in accepted["verdict"]
