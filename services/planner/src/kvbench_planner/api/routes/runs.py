@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
@@ -28,36 +29,32 @@ from kvbench_planner.validation import Review
 router = APIRouter(tags=["runs"])
 log = logging.getLogger("kvbench_planner")
 _NO_RUN: dict[int | str, dict[str, Any]] = {404: {"description": "No such run"}}
+Route = TypeVar("Route", bound=Callable[..., Any])
 
 
-@router.post(
-    "/v1/runs",
-    status_code=201,
-    openapi_extra=PLAN_BODY,
-    dependencies=authorized,
-    responses={
-        **REFUSED,
-        201: {"model": RunCreated, "description": "Accepted: the run's id and its warnings"},
-        429: {"description": "Too many runs pending or running (KVBENCH_PLANNER_MAX_ACTIVE_RUNS)"},
-    },
-)
+def _submitting(path: str, created: str) -> Callable[[Route], Route]:
+    """The route of a plan submission: its body, its refusals, and what a created run answers."""
+    return router.post(
+        path,
+        status_code=201,
+        openapi_extra=PLAN_BODY,
+        dependencies=authorized,
+        responses={
+            **REFUSED,
+            201: {"model": RunCreated, "description": created},
+            429: {"description": "Too many runs pending or running (KVBENCH_PLANNER_MAX_ACTIVE_RUNS)"},
+        },
+    )
+
+
+@_submitting("/v1/runs", "Accepted: the run's id and its warnings")
 async def create_run(
     review: ReviewDep, conductor: ConductorDep, metrics: MetricsDep, settings: SettingsDep
 ) -> JSONResponse:
     return await _submit(review, conductor, metrics, settings)
 
 
-@router.post(
-    "/v1/accept",
-    status_code=201,
-    openapi_extra=PLAN_BODY,
-    dependencies=authorized,
-    responses={
-        **REFUSED,
-        201: {"model": RunCreated, "description": "The acceptance run's id and its warnings"},
-        429: {"description": "Too many runs pending or running (KVBENCH_PLANNER_MAX_ACTIVE_RUNS)"},
-    },
-)
+@_submitting("/v1/accept", "The acceptance run's id and its warnings")
 async def create_acceptance_run(
     review: AcceptanceReviewDep, conductor: ConductorDep, metrics: MetricsDep, settings: SettingsDep
 ) -> JSONResponse:
