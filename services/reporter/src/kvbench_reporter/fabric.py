@@ -154,10 +154,12 @@ async def fabric_section(
 
 
 def _neighbours(windows: list[dict[str, Any]], job: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
-    """The end of the last other job's measured window before this one's start, and the start of the first after
-    its end: a job's port deltas never reach into another job's window."""
+    """The end of the last other job's measured window before this one's start, and the moment the first job after
+    its end began its load (its warm-up included: that traffic is the next job's, not this one's): a job's port
+    deltas never reach into another job's load."""
     before = [w["end"] for w in windows if w is not job and w["end"] <= job["start"]]
-    after = [w["start"] for w in windows if w is not job and w["start"] >= job["end"]]
+    after = [w.get("began") or w["start"] for w in windows if w is not job and w["start"] >= job["end"]]
+    after = [max(t, job["end"]) for t in after]  # a neighbour that began before this one ended starts at its end
     return (max(before) if before else None), (min(after) if after else None)
 
 

@@ -560,6 +560,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                     {
                         "job_id": job["job_id"],
                         "workload": name,
+                        "began": job["started_at"],  # its load (warm-up included) began here
                         "start": start,
                         "end": end,
                         "kv_bytes": sum(deltas.get(k) or 0.0 for k in kv_keys) if deltas else None,
