@@ -172,6 +172,17 @@ class FabricLab:
                         if attempt == 49:
                             raise
                         time.sleep(0.2)
+            # a hostname set while lldpd is still starting can be overwritten by its own start-up (seen on a loaded
+            # machine: the switch kept advertising the host's name): set it until lldpd says it holds
+            name = commands[0].split()[-1]
+            for _ in range(50):
+                chassis = _run("ip", "netns", "exec", ns, "lldpcli", "-u", sock, "show", "chassis", "-f", "json0")
+                if f'"{name}"' in chassis:
+                    break
+                _run("ip", "netns", "exec", ns, "lldpcli", "-u", sock, "configure", "system", "hostname", name)
+                time.sleep(0.2)
+            else:
+                raise RuntimeError(f"lldpd in {ns} would not take the hostname {name}")
 
     def switch_queue_bytes(self) -> int:
         """Bytes the switch port's root qdisc has sent."""
