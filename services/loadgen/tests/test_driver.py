@@ -189,7 +189,10 @@ async def test_engines_faster_than_real_time_are_driven_and_stamped_in_engine_se
     assert time.monotonic() - began < 3.0  # 10 engine seconds: 1 s of wall time, plus the drain
     assert 140 <= len(records) <= 260  # 200 arrivals in 10 engine seconds, Poisson
     assert driver.result.load_end_s == 10.0
-    assert max(r.start_s for r in records) <= 10.0
+    # nothing is scheduled past the load end; a send scheduled just before it may leave late, by the lateness the
+    # driver records for it (wall seconds, 10x in engine seconds), plus the write itself
+    late_s = max(driver.result.send_lateness_s, default=0.0)
+    assert max(r.start_s for r in records) <= 10.0 + 10.0 * (late_s + 0.002)
     assert max(r.start_s for r in records) > 8.0
 
 
