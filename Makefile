@@ -77,7 +77,7 @@ status: env ## Show what `make up` started and whether it is healthy
 	@$(KVBENCH) status
 
 live: ## On a GPU machine with vLLM's files carried along: kvbench's stacks on a real vLLM (docs/live.md; never CI)
-	@bash tools/live/live.sh run $(STACKS)
+	@bash tools/live/live.sh run $(or $(SUITE),stacks) $(RUNS)
 
 bench: env ## Run the benchmarks in benchmarks/ (they print their figures)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

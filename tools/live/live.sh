@@ -3,12 +3,13 @@
 # Needs, carried along: .gpu (../shared/tools/gpu-vllm/prepare.sh: the trimmed vLLM wheel, its dependencies, the
 # stand-in model) and .device (tools/device/prepare.sh: kvbench's own dependencies). Results go to $OUT.
 #   bash tools/live/live.sh unpack           # first call: vLLM's site and the model (the 64 MiB a call allows)
-#   bash tools/live/live.sh run [STACKS]     # second call: vLLM's compiled core, then the live runs
+#   bash tools/live/live.sh run [SUITE [RUNS]]  # later calls: vLLM's compiled core, then a suite of live runs
 set -euo pipefail
 OUT=${OUT:-$PWD/live-out}; mkdir -p "$OUT"
 export PYTHONPATH="/tmp/site:/tmp/kvbench-site:$(ls -d "$PWD"/libs/*/src "$PWD"/services/*/src "$PWD"/apps/*/src | tr '\n' ':')"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-export TOKENIZERS_PARALLELISM=false VLLM_USE_FLASHINFER_SAMPLER=0 OUT
+# VLLM_SERVER_DEV_MODE: vLLM serves POST /reset_prefix_cache only with it (the runs empty the cache between loads)
+export TOKENIZERS_PARALLELISM=false VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_SERVER_DEV_MODE=1 OUT
 # kvbench sizes its prompts with the served model's own tokenizer (the stand-in beside the model), not the words fallback
 export KVBENCH_TOKENIZER_PATH=/tmp/model/tokenizer.json
 case "${1:-run}" in
@@ -32,6 +33,12 @@ case "${1:-run}" in
     mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m vllm.entrypoints.cli.main "$@"\n' > /tmp/bin/vllm
     printf '#!/bin/sh\nexec python3 -c "import sys; sys.argv[0] = \\"lmcache\\"; from lmcache.cli.main import main; main()" "$@"\n' > /tmp/bin/lmcache
     chmod +x /tmp/bin/vllm /tmp/bin/lmcache && export PATH="/tmp/bin:$PATH" LMCACHE_DISABLE_BANNER=1
-    python3 tools/live/run.py ${2:+--stacks "$2"} 2>&1 | tee "$OUT/run.txt"
+    # the suite (stacks, calibration, study) and, optionally, some of its runs; files in a work folder, and all
+    # of them in one archive under $OUT after every run (the machine returns at most 8 files a call)
+    suite=${2:-stacks}
+    work=/tmp/live-work/$suite && mkdir -p "$work"
+    dest=$OUT
+    OUT=$work LIVE_ARCHIVE="$dest/live-$suite.tar.gz" python3 tools/live/run.py --suite "$suite" ${3:+--runs "$3"} \
+      2>&1 | tee "$dest/run-$suite.txt"
     ;;
 esac
