@@ -83,6 +83,10 @@ class Efficiency(_Strict):
     tau_layer_us: float = Field(ge=0, description="Per-layer overhead of every step")
     prefill_fixed_ms: float = Field(ge=0, description="Extra fixed cost of a step that holds a prefill chunk")
     jitter_cv: float = Field(ge=0, lt=1, description="Coefficient of variation of the lognormal step jitter")
+    # the serving path in front of the engine core (HTTP, tokenising, block hashing, detokenising): paid once a
+    # request, before it reaches the scheduler, beside the GPU's steps rather than in them
+    request_ms: float = Field(0.0, ge=0, description="Fixed cost of every request's way into the engine, ms")
+    request_us_per_token: float = Field(0.0, ge=0, description="Same, per prompt token, microseconds")
 
 
 class GpuSimulation(_Strict):
@@ -91,6 +95,9 @@ class GpuSimulation(_Strict):
     tflops_bf16: float = Field(gt=0)
     hbm_tbps: float = Field(gt=0)
     host_link_gbps: float = Field(gt=0, description="Practical pinned host<->GPU bandwidth, GB/s")
+    file_tier_gbps: float | None = Field(
+        None, gt=0, description="LMCache's file (L2) adapter measured on this GPU's hosts, GB/s (default: the study's)"
+    )
     mem_util_default: float | None = Field(
         None, gt=0, le=1, description="gpu_memory_utilization when not set (unified memory leaves room for the OS)"
     )

@@ -176,6 +176,8 @@ class Simulation:
                     self._kick(payload)
             elif kind == "pd":
                 self._pd_landed(payload)
+            elif kind == "intake":
+                self._intake(payload)
             elif kind == "arrival":
                 self._arrival(payload)
             elif kind == "session":
@@ -280,13 +282,26 @@ class Simulation:
             index = len(cluster.engines) + next(cluster._rr_prefill)
             pending.prefill_engine = index
             pending.engine = cluster.pick(session.session_id, prompt)
-            self.all_engines[index].add(SimRequest(rid, prompt, 1, self.now))
         else:
             index = cluster.pick(session.session_id, prompt)
             pending.engine = index
-            pending.request = SimRequest(rid, prompt, turn.output_tokens, self.now)
-            self.all_engines[index].add(pending.request, self._last_request.get(id(session)))
-            self._last_request[id(session)] = pending.request
+        intake = self.all_engines[index].profile.intake_s(len(prompt))
+        if intake > 0:  # the serving path in front of the engine: the request reaches its queue later
+            self._push(self.now + intake, "intake", rid)
+        else:
+            self._intake(rid)
+
+    def _intake(self, rid: str) -> None:
+        """The request reaches its (first) engine's queue."""
+        pending = self._by_request[rid]
+        if pending.prefill_engine is not None:
+            index = pending.prefill_engine
+            self.all_engines[index].add(SimRequest(rid, pending.prompt, 1, pending.start_s))
+        else:
+            index = pending.engine
+            pending.request = SimRequest(rid, pending.prompt, pending.turn.output_tokens, pending.start_s)
+            self.all_engines[index].add(pending.request, self._last_request.get(id(pending.session)))
+            self._last_request[id(pending.session)] = pending.request
         self._cut_short(index)
         self._kick(index)
 

@@ -100,6 +100,11 @@ class Profile(_Strict):
     def block_bytes(self) -> float:
         return self.block_size * self.model.kv_bytes_per_token + self.state_bytes_per_block
 
+    def intake_s(self, prompt_tokens: int) -> float:
+        """How long a request takes from its arrival to the engine's queue (the serving path's own cost)."""
+        eff = self.gpu.eff
+        return (eff.request_ms + eff.request_us_per_token * prompt_tokens / 1e3) / 1e3
+
     @property
     def gpu_kv_blocks(self) -> int:
         return int(self.gpu_kv_bytes // self.block_bytes)

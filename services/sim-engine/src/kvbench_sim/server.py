@@ -378,6 +378,9 @@ def build_app(
         counter["n"] += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{counter['n']}"
         sim_req = SimRequest(rid, tokens, max_tokens, arrival_s=paced.now_s())
+        intake = engine.profile.intake_s(len(tokens))
+        if intake > 0:  # the serving path in front of the engine core (profile's request_ms and per-token cost)
+            await asyncio.sleep(intake / paced.speed)
         words = output_words(tokens, max_tokens, seed)
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"

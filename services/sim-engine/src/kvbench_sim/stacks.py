@@ -2,7 +2,8 @@
 
 The tier figures are the practical paths, not datasheets (simulator.md section 4): host memory moves at the
 GPU's pinned host-link rate; LMCache's file (L2) adapter is software-bound, fitted to the LMCache study's
-disk-hit TTFT (about 0.3 GB/s and 5 ms per chunk file, one file at a time); network stores move at the NIC's
+disk-hit TTFT (about 0.3 GB/s and 5 ms per chunk file, one file at a time; a GPU profile measured on faster hosts
+says its own rate, ``file_tier_gbps``); network stores move at the NIC's
 rate with a millisecond of RPC per chunk.
 """
 
@@ -84,7 +85,8 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         if CATALOG[stack].has_disk_tier(str(workload.get("kv_tier", "gpu")), sizing.get("disk_tier_gb")):
             disk_gb = float(sizing.get("disk_tier_gb") or 1000)
             fs = TierConfig(name="disk", capacity_gb=disk_gb, chunk_tokens=chunk, **LMCACHE_FS)  # type: ignore[arg-type]
-            tiers = (*tiers, fs.model_copy(update={"bw_gbps": min(fs.bw_gbps, disk_gbps)}))
+            adapter_gbps = profile.gpu.file_tier_gbps or fs.bw_gbps  # the software path on this GPU's hosts
+            tiers = (*tiers, fs.model_copy(update={"bw_gbps": min(adapter_gbps, disk_gbps)}))
     elif stack in ("vllm-lmcache-valkey", "trtllm-lmcache-valkey"):
         tiers = (host(chunk), shared("valkey", min(nic_gbytes, 2.0), 1.0, chunk))
     elif stack in ("vllm-lmcache-mooncake", "vllm-mooncake-store", "sglang-hicache-mooncake"):
@@ -99,6 +101,8 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         max_num_seqs=_int(args.get("max_num_seqs") or args.get("max-num-seqs")) or 256,
         max_num_batched_tokens=_int(args.get("max_num_batched_tokens") or args.get("max-num-batched-tokens")) or 8192,
         gpu_memory_utilization=_float(args.get("gpu_memory_utilization") or args.get("gpu-memory-utilization")),
+        # vLLM's --kv-cache-memory-bytes fixes the GPU KV cache whatever the memory share says
+        kv_cache_gb=(_float(args.get("kv_cache_memory_bytes") or args.get("kv-cache-memory-bytes")) or 0) / 1e9 or None,
         prefix_caching=prefix,
         tensor_parallel_size=tp,
         tiers=tiers,
