@@ -122,12 +122,12 @@ async def test_the_store_shares_its_bandwidth_between_engines_flows() -> None:
         await asyncio.gather(*(c.connected.wait() for c in clients))
         await _until(lambda: all(c.link is not None and c.link.remote for c in clients))
         alone = time.monotonic() - t0
-        tiers[0].load(alone, 400, "load", None)  # 400 chunks of 256 kB
+        tiers[0].load(alone, range(400), "load", None)  # 400 chunks of 256 kB
         assert await _through_after(clients[0].link, alone) == pytest.approx(0.1024, abs=0.01)
         clients[0].link._through.clear()  # type: ignore[union-attr]
         together = time.monotonic() - t0
         for tier in tiers:
-            tier.load(together, 400, "load", None)
+            tier.load(together, range(400), "load", None)
         for client in clients:
             assert await _through_after(client.link, together) == pytest.approx(0.2048, abs=0.015)
         async with aiohttp.ClientSession() as http, http.get(str(server.make_url("/metrics"))) as response:
@@ -153,7 +153,7 @@ async def test_flows_in_flight_when_the_store_goes_away_land_on_the_engines_own_
     try:
         await client.connected.wait()
         await _until(lambda: client.link is not None and client.link.remote)
-        transfer = tier.load(time.monotonic() - t0, 4, "load", None)  # 1 MB: a second through the store
+        (transfer,) = tier.load(time.monotonic() - t0, range(4), "load", None)  # 1 MB: a second through the store
         await server.close()
         await _until(lambda: client.link is not None and not client.link.remote)
         assert client.link is not None

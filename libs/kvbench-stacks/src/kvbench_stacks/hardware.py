@@ -98,6 +98,9 @@ class GpuSimulation(_Strict):
     file_tier_gbps: float | None = Field(
         None, gt=0, description="LMCache's file (L2) adapter measured on this GPU's hosts, GB/s (default: the study's)"
     )
+    file_tier_cached_gbps: float | None = Field(
+        None, gt=0, description="The same adapter reading files the OS page cache holds, GB/s (unset: not modelled)"
+    )
     mem_util_default: float | None = Field(
         None, gt=0, le=1, description="gpu_memory_utilization when not set (unified memory leaves room for the OS)"
     )

@@ -53,7 +53,12 @@ class Cluster:
         self.layout = layout
         shared: dict[str, Any] = {}
         self.profile: Profile = load_profile(gpu, model, layout.engine)
-        self.engines = [Engine(self.profile, seed=seed * 1000 + i, shared_stores=shared) for i in range(layout.engines)]
+        self.engines = [
+            Engine(self._profile_of(i, gpu, model), seed=seed * 1000 + i, shared_stores=shared)
+            for i in range(layout.engines)
+        ]
+        for i, engine in enumerate(self.engines):
+            engine.name = f"e{i}"
         self.prefill: list[Engine] = []
         if layout.prefill_engines and layout.prefill is not None:
             prefill_profile = load_profile(gpu, model, layout.prefill)
@@ -65,6 +70,33 @@ class Cluster:
         self.routing = routing
         self._rr = itertools.cycle(range(len(self.engines)))
         self._rr_prefill = itertools.cycle(range(max(1, len(self.prefill))))
+
+    def _profile_of(self, index: int, gpu: str, model: str) -> Profile:
+        """Engine ``index``'s profile: with engines_per_cache_server, its group's LMCache tiers are one store."""
+        share = self.layout.engines_per_cache_server
+        if not share:
+            return self.profile
+        group = index // share
+        tiers = tuple(
+            t.model_copy(update={"store_id": f"lmcache-{group}-{t.name}"}) if t.name in ("host", "disk") else t
+            for t in self.layout.engine.tiers
+        )
+        return load_profile(gpu, model, self.layout.engine.model_copy(update={"tiers": tiers}))
+
+    def cache_servers(self) -> dict[str, dict[str, Any]]:
+        """Each shared LMCache server's tiers: the engines using it, the bytes its links moved so far (and its
+        main link's rate, to say how busy it was)."""
+        seen: dict[str, dict[str, Any]] = {}
+        for engine in self.engines:
+            for tier in engine.tiers:
+                store = tier.config.store_id
+                if not store or not store.startswith("lmcache-"):
+                    continue
+                row = seen.setdefault(store, {"engines": [], "bytes_moved": 0.0, "link_bytes": 0.0})
+                row["engines"].append(engine.name)
+                row["bytes_moved"] = sum(link.bytes_moved for link in tier.links)
+                row["link_bytes"], row["link_bytes_per_s"] = tier.link.bytes_moved, tier.link.bytes_per_s
+        return seen
 
     @property
     def all_engines(self) -> list[Engine]:

@@ -77,6 +77,8 @@ class EngineCounters:
     tier_hits: dict[str, int] = field(default_factory=dict)  # tokens loaded from each tier
     tier_load_bytes: dict[str, float] = field(default_factory=dict)
     tier_store_bytes: dict[str, float] = field(default_factory=dict)
+    # a shared tier's hits on chunks another engine computed: "computed-by->reused-by" -> tokens
+    cross_hits: dict[str, int] = field(default_factory=dict)
     restarts: int = 0
 
 
@@ -90,6 +92,7 @@ class Engine:
         self.running: list[SimRequest] = []
         self.loading: list[SimRequest] = []
         self.counters = EngineCounters()
+        self.name = ""  # how a cluster names this engine (who stored a shared tier's chunks)
         self.clock_s = 0.0
         model = profile.model
         self.tiers: list[Tier] = []
@@ -127,7 +130,7 @@ class Engine:
     # -- tiers ------------------------------------------------------------------------------------
     def next_transfer_s(self) -> float | None:
         """When the next load or store lands (a runner must call ``advance`` then)."""
-        times = [t for t in (tier.link.next_done_s(self.clock_s) for tier in self.tiers) if t is not None]
+        times = [t for tier in self.tiers for link in tier.links if (t := link.next_done_s(self.clock_s)) is not None]
         return min(times) if times else None
 
     def advance(self, now_s: float) -> None:
@@ -135,7 +138,7 @@ class Engine:
         (batch mode): a load that landed is handed to the engine that started it."""
         self.clock_s = max(self.clock_s, now_s)
         for tier in self.tiers:
-            for transfer in tier.link.landed(now_s):
+            for transfer in (t for link in tier.links for t in link.landed(now_s)):
                 owner = transfer.on_done[0] if transfer.key == "load" and isinstance(transfer.on_done, tuple) else self
                 assert isinstance(owner, Engine)
                 owner._landed(tier, transfer)
@@ -178,14 +181,20 @@ class Engine:
             return -1  # no GPU blocks to load into yet
         for tier, first, last in plan:
             tokens = (last - first) * tier.chunk_tokens
-            tier.load(self.clock_s, last - first, "load", (self, req))
-            req.loads_pending += 1
+            chunk_hashes = self._chunk_hashes(req, tier.chunk_tokens)[first:last]
+            req.loads_pending += len(tier.load(self.clock_s, chunk_hashes, "load", (self, req)))
             self.counters.tier_hits[tier.name] = self.counters.tier_hits.get(tier.name, 0) + tokens
             self.counters.tier_load_bytes[tier.name] = (
                 self.counters.tier_load_bytes.get(tier.name, 0.0) + (last - first) * tier.bytes_per_chunk
             )
             gained = min(last * tier.chunk_tokens, covered) - max(first * tier.chunk_tokens, gpu_tokens)
             req.sources[tier.name] = req.sources.get(tier.name, 0) + max(0, gained)
+            if tier.config.store_id and self.name:
+                for owner, chunks in tier.owners(
+                    self._chunk_hashes(req, tier.chunk_tokens)[first:last], self.name
+                ).items():
+                    pair = f"{owner}->{self.name}"
+                    self.counters.cross_hits[pair] = self.counters.cross_hits.get(pair, 0) + chunks * tier.chunk_tokens
         req.loaded_to = covered
         return covered
 
@@ -200,7 +209,7 @@ class Engine:
         """After a prefill: whole chunks go to every tier, asynchronously (write-through, like LMCache)."""
         for tier in self.tiers:
             hashes = self._chunk_hashes(req, tier.chunk_tokens)[: req.prompt_len // tier.chunk_tokens]
-            transfer = tier.store(self.clock_s, hashes, "store")
+            transfer = tier.store(self.clock_s, hashes, "store", self.name)
             if transfer is not None:
                 self.counters.tier_store_bytes[tier.name] = (
                     self.counters.tier_store_bytes.get(tier.name, 0.0) + transfer.remaining_bytes

@@ -43,6 +43,10 @@ class TierConfig(_Strict):
     chunk_tokens: int | None = Field(None, gt=0, description="Tokens per stored chunk; default: the block size")
     queue_depth: int = Field(4, gt=0, description="Chunks in flight at once (divides the per-chunk latency)")
     store_id: str | None = Field(None, description="Engines naming the same store share it (shared pools)")
+    # a file tier's recent files stay in the OS page cache (written or read), and a read of those runs at memory
+    # speed: it outlives the engine's restart, not a drop of the page cache
+    page_cache_gb: float = Field(0, ge=0, description="File tier: what the page cache holds of its files, GB")
+    cached_bw_gbps: float | None = Field(None, gt=0, description="File tier: rate of reads the page cache serves")
 
 
 class ColdStart(_Strict):

@@ -40,6 +40,9 @@ class SimLayout:
     link_gbps: float = 25.0  # GB/s between machines (P/D transfers)
     link_setup_ms: float = 1.0
     engine_name: str = "vllm"
+    # LMCache stacks with sizing.engines_per_cache_server: the engines in groups of this many share one server's
+    # tiers (its L1 and disk, their capacity and the link that moves their data)
+    engines_per_cache_server: int | None = None
 
 
 def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
@@ -57,7 +60,8 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         stack, Sizing.model_validate(sizing), SimCluster.model_validate(cluster), tp
     )
     block = _int(args.get("block_size") or args.get("block-size")) or profile.model.attention_block_size
-    host_gb = float(sizing.get("host_memory_gb") or 0) or float(cluster.get("host_memory_gb", 256)) * 0.5
+    host_machine_gb = float(cluster.get("host_memory_gb", 256))
+    host_gb = float(sizing.get("host_memory_gb") or 0) or host_machine_gb * 0.5
     nic_gbytes = float(cluster.get("nic_gbps", 200)) / 8 * 0.9
     disk_gbps = float(cluster.get("disk_gbps", 6))
     chunk = block if profile.model.attention_block_size else LMCACHE_CHUNK
@@ -86,7 +90,10 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
             disk_gb = float(sizing.get("disk_tier_gb") or 1000)
             fs = TierConfig(name="disk", capacity_gb=disk_gb, chunk_tokens=chunk, **LMCACHE_FS)  # type: ignore[arg-type]
             adapter_gbps = profile.gpu.file_tier_gbps or fs.bw_gbps  # the software path on this GPU's hosts
-            tiers = (*tiers, fs.model_copy(update={"bw_gbps": min(adapter_gbps, disk_gbps)}))
+            update: dict[str, Any] = {"bw_gbps": min(adapter_gbps, disk_gbps)}
+            if profile.gpu.file_tier_cached_gbps:  # the OS keeps recent files in half the machine's memory
+                update |= {"page_cache_gb": host_machine_gb * 0.5, "cached_bw_gbps": profile.gpu.file_tier_cached_gbps}
+            tiers = (*tiers, fs.model_copy(update=update))
     elif stack in ("vllm-lmcache-valkey", "trtllm-lmcache-valkey"):
         tiers = (host(chunk), shared("valkey", min(nic_gbytes, 2.0), 1.0, chunk))
     elif stack in ("vllm-lmcache-mooncake", "vllm-mooncake-store", "sglang-hicache-mooncake"):
@@ -95,6 +102,19 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         tiers = (host(chunk), shared("mori", nic_gbytes, 0.5, chunk))
     elif stack in ("vllm-native-shared-fs", "sglang-hicache-file"):
         tiers = (host(), shared("shared-fs", min(disk_gbps, nic_gbytes), 0.2, LMCACHE_CHUNK))
+    share = sizing.get("engines_per_cache_server") if CATALOG[stack].lmcache_server else None
+    if share:
+        # as the recipe does: a machine's servers split its host memory and disk tier; a server serving engines
+        # on other machines moves their data over the network
+        per_machine = max(1, int(sizing.get("gpus_per_machine") or cluster.get("gpus_per_machine", 1)) // tp)
+        part = min(int(share), per_machine) / per_machine
+        tiers = tuple(
+            t.model_copy(update={
+                "capacity_gb": t.capacity_gb * part,
+                **({"bw_gbps": min(t.bw_gbps, nic_gbytes)} if t.name == "host" and int(share) > per_machine else {}),
+            })
+            for t in tiers
+        )  # fmt: skip
     prefix = not stack.endswith(("-off", "reuse-off"))
     config = EngineConfig(
         block_size=block,
@@ -113,7 +133,7 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         # decode-side offload: only the decode engines keep a host tier (the prefill engines hand every prompt on)
         prefill = config.model_copy(update={"tiers": ()}) if stack == "sglang-pd-decode-offload" else config
         return SimLayout(config, engines, prefill_engines, prefill, nic_gbytes, 1.0, name)
-    return SimLayout(config, engines, engine_name=name)
+    return SimLayout(config, engines, engine_name=name, engines_per_cache_server=int(share) if share else None)
 
 
 def _int(value: object) -> int | None:

@@ -97,8 +97,17 @@ class Tier:
         self.bytes_per_chunk = self.chunk_tokens * bytes_per_token + state_bytes  # hybrid: a state per chunk
         self.capacity_chunks = max(1, int(config.capacity_gb * 1e9 // self.bytes_per_chunk))
         self.link = Link(config.name, config.bw_gbps * 1e9)
+        # reads the OS page cache serves (a file tier's recent files) travel at memory speed, apart from the disk
+        self.cached_link: Link | None = None
+        self._page_cache: OrderedDict[int, None] = OrderedDict()
+        self._page_cache_chunks = int(config.page_cache_gb * 1e9 // self.bytes_per_chunk)
+        if self._page_cache_chunks and config.cached_bw_gbps:
+            self.cached_link = Link(f"{config.name}-page-cache", config.cached_bw_gbps * 1e9)
         self._chunks: OrderedDict[int, None] = OrderedDict()
         self._pending: set[int] = set()  # stores in flight: not visible yet, not stored twice
+        # which engine computed each chunk (a shared tier: what one instance stored and another reused)
+        self._owner: dict[int, str] = {}
+        self._pending_owner: dict[int, str] = {}
         self.evictions = 0
         self.stored_tokens = 0
         self.loaded_tokens = 0
@@ -148,18 +157,53 @@ class Tier:
             return 0.0
         return math.ceil(chunks / min(self.config.queue_depth, chunks)) * self.config.lat_ms / 1e3
 
-    def load(self, now_s: float, chunks: int, key: object, on_done: object) -> Transfer:
-        tokens = chunks * self.chunk_tokens
-        transfer = Transfer(key, chunks * self.bytes_per_chunk, self.transfer_latency_s(chunks), on_done)
-        self.link.start(now_s, transfer)
-        self.loaded_tokens += tokens
-        return transfer
+    @property
+    def links(self) -> list[Link]:
+        return [self.link] if self.cached_link is None else [self.link, self.cached_link]
 
-    def store(self, now_s: float, chunk_hashes: Sequence[int], key: object) -> Transfer | None:
+    def load(self, now_s: float, chunk_hashes: Sequence[int], key: object, on_done: object) -> list[Transfer]:
+        """Load ``chunk_hashes``: the transfers that carry them (the page cache's share travels apart)."""
+        parts: list[tuple[Link, int]] = [(self.link, len(chunk_hashes))]
+        if self.cached_link is not None:
+            cached = sum(1 for h in chunk_hashes if h in self._page_cache)
+            parts = [(self.link, len(chunk_hashes) - cached), (self.cached_link, cached)]
+            self._page_in(chunk_hashes)
+        transfers = []
+        for link, chunks in parts:
+            if chunks:
+                transfer = Transfer(key, chunks * self.bytes_per_chunk, self.transfer_latency_s(chunks), on_done)
+                link.start(now_s, transfer)
+                transfers.append(transfer)
+        self.loaded_tokens += len(chunk_hashes) * self.chunk_tokens
+        return transfers
+
+    def _page_in(self, chunk_hashes: Sequence[int]) -> None:
+        for h in chunk_hashes:
+            self._page_cache[h] = None
+            self._page_cache.move_to_end(h)
+        while len(self._page_cache) > self._page_cache_chunks:
+            self._page_cache.popitem(last=False)
+
+    def drop_page_cache(self) -> None:
+        """What `echo 3 > /proc/sys/vm/drop_caches` does: every later read comes from the disk."""
+        self._page_cache.clear()
+
+    def owners(self, chunk_hashes: Sequence[int], reader: str) -> dict[str, int]:
+        """Chunks of ``chunk_hashes`` another engine than ``reader`` stored, by that engine."""
+        out: dict[str, int] = {}
+        for h in chunk_hashes:
+            owner = self._owner.get(h)
+            if owner and owner != reader:
+                out[owner] = out.get(owner, 0) + 1
+        return out
+
+    def store(self, now_s: float, chunk_hashes: Sequence[int], key: object, owner: str = "") -> Transfer | None:
         new = [h for h in chunk_hashes if h not in self._chunks and h not in self._pending]
         if not new:
             return None
         self._pending.update(new)
+        if owner:
+            self._pending_owner.update(dict.fromkeys(new, owner))
         transfer = Transfer(key, len(new) * self.bytes_per_chunk, self.transfer_latency_s(len(new)), tuple(new))
         self.link.start(now_s, transfer)
         return transfer
@@ -172,13 +216,19 @@ class Tier:
             if h in self._chunks:
                 continue
             while len(self._chunks) >= self.capacity_chunks:
-                self._chunks.popitem(last=False)
+                evicted, _ = self._chunks.popitem(last=False)
+                self._owner.pop(evicted, None)
                 self.evictions += 1
             self._chunks[h] = None
+            owner = self._pending_owner.pop(h, None)
+            if owner:
+                self._owner[h] = owner
             self.stored_tokens += self.chunk_tokens
             new.append(h)
         if new:
             self.changes += 1
+            if self.cached_link is not None:  # a file just written stays in the page cache
+                self._page_in(new)
         if self.on_commit is not None and new:
             self.on_commit(new)
 

@@ -11,6 +11,7 @@ from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.analysis import DEFINITIONS, Slo, analyze
 from kvbench_core.stats import repeat_interval
 from kvbench_sim.batch import Cluster, Simulation
+from kvbench_sim.engine import Engine
 from kvbench_sim.stacks import layout_for
 from kvbench_workloads.sources import build_source
 
@@ -72,6 +73,7 @@ def run_job(
         workload=workload.name,
         start_s=start_s,
     )
+    cross_before, servers_before = _cross_hits(cluster.all_engines), cluster.cache_servers()
     records = sim.run()
     warmup = workload.effective_warmup_s()
     load_end = duration if duration > 0 else max((r.start_s + (r.e2e_s or 0.0) for r in records), default=0.0)
@@ -102,10 +104,42 @@ def run_job(
                 },
                 "pd": cluster.pd_link.bytes_moved,
             },
+            # shared LMCache servers: tokens one instance computed and another reused, and each server's load
+            "cross_instance_tokens": _minus(_cross_hits(engines), cross_before),
+            "cache_servers": _servers(servers_before, cluster.cache_servers(), sim.now - start_s),
             "notes": source.notes,
         }
     )
     return figures, cluster, sim
+
+
+def _cross_hits(engines: list[Engine]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for engine in engines:
+        for pair, tokens in engine.counters.cross_hits.items():
+            out[pair] = out.get(pair, 0) + tokens
+    return dict(sorted(out.items()))
+
+
+def _minus(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
+def _servers(
+    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], span_s: float
+) -> list[dict[str, Any]]:
+    """This job's share of each shared server's traffic, and how busy its link was over the job."""
+    rows = []
+    for store, row in after.items():
+        earlier = before.get(store, {})
+        moved = row["link_bytes"] - earlier.get("link_bytes", 0.0)
+        rows.append({
+            "server": store,
+            "engines": row["engines"],
+            "bytes_moved": row["bytes_moved"] - earlier.get("bytes_moved", 0.0),
+            "busy_share": moved / (row["link_bytes_per_s"] * span_s) if span_s > 0 else 0.0,
+        })  # fmt: skip
+    return rows
 
 
 def _summary(values: list[float | None]) -> dict[str, Any]:
