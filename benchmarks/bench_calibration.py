@@ -34,10 +34,11 @@ FREE: dict[str, tuple[float, float]] = {
     "t0_ms": (0.0, 5.0),
     "request_ms": (0.0, 50.0),
     "request_us_per_token": (0.0, 5.0),
-    "host_link_gbps": (5.0, 64.0),
+    "host_link_gbps": (5.0, 100.0),
     "file_tier_gbps": (0.1, 10.0),
+    "file_tier_cached_gbps": (0.5, 20.0),
 }
-TOP_LEVEL = {"host_link_gbps", "file_tier_gbps"}
+TOP_LEVEL = {"host_link_gbps", "file_tier_gbps", "file_tier_cached_gbps"}
 
 
 def with_values(base: GpuSimulation, values: dict[str, float]) -> GpuSimulation:
@@ -101,6 +102,7 @@ def main() -> None:
         bounds=(np.array([FREE[n][0] for n in names]), np.array([FREE[n][1] for n in names])),
         diff_step=0.02,
         x_scale="jac",
+        max_nfev=80,
     )
     values = dict(zip(names, result.x.tolist(), strict=True))
     print(f"\nthe fit ({result.nfev} evaluations, {time.monotonic() - began:.0f} s): "
