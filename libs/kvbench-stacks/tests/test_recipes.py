@@ -189,3 +189,30 @@ def test_lmcache_proxies_listen_beyond_localhost(stack: str) -> None:
     assert proxies
     for argv in proxies:
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
+
+
+def test_engines_per_cache_server_groups_the_pools_engines_around_their_servers() -> None:
+    """Issue 19 (the study's section 4.3): a server per engine splits each machine's host memory and disk folder,
+    on ports of its own; one server for four engines on two machines is reached over TCP from the other machine."""
+    own = context("vllm-lmcache-mp").model_copy(
+        update={"kv_tier": "nvme", "sizing": {**SIZING, "engines_per_cache_server": 1}}
+    )
+    out = render(own)
+    servers = [p for p in out["gpu-a"] if p.role == "lmcache"]
+    assert [s.name for s in servers] == ["lmcache", "lmcache-1"]
+    assert [s.ports["zmq"] for s in servers] == [5555, 5556]
+    assert all("--l1-size-gb 32 " in " ".join(s.argv) for s in servers)  # 64 GB split between two servers
+    assert '"base_path":"/nvme/kv/server-0"' in " ".join(servers[0].argv)
+    assert '"base_path":"/nvme/kv/server-1"' in " ".join(servers[1].argv)
+    engines = [p for p in out["gpu-a"] if p.role == "engine"]
+    assert ['"lmcache.mp.port":5555' in " ".join(e.argv) for e in engines] == [True, False]
+    assert '"lmcache.mp.port":5556' in " ".join(engines[1].argv)
+
+    shared = context("vllm-lmcache-mp").model_copy(update={"sizing": {**SIZING, "engines_per_cache_server": 4}})
+    out = render(shared)
+    assert [p.name for p in out["gpu-a"] if p.role == "lmcache"] == ["lmcache"]
+    assert not [p for p in out["gpu-b"] if p.role == "lmcache"]
+    remote = [" ".join(p.argv) for p in out["gpu-b"] if p.role == "engine"]
+    assert remote
+    assert all('"lmcache.mp.host":"tcp://10.0.0.1","lmcache.mp.port":5555' in argv for argv in remote)
+    assert "--l1-size-gb 64 " in " ".join(next(p for p in out["gpu-a"] if p.role == "lmcache").argv)

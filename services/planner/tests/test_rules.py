@@ -432,6 +432,14 @@ def test_cache_server_args_reach_lmcache_and_the_studys_eviction_ratio_is_a_warn
     none = review_plan(plan({**base, "stack": "vllm-prefix-gpu", "strategy": "own_cache", "kv_tier": "gpu",
                              "engine": {"cache_server_args": {"eviction-ratio": 0.2}}}))  # fmt: skip
     assert "no_cache_server" in {e.code for e in none.errors}
+    # sharing a server needs a stack that starts one (issue 19): refused with the field, accepted on LMCache's
+    lonely = review_plan(plan({**base, "stack": "vllm-prefix-gpu", "strategy": "own_cache", "kv_tier": "gpu",
+                               "sizing": {"engines_per_cache_server": 2}}))  # fmt: skip
+    assert any(
+        e.code == "no_cache_server" and e.field.endswith("sizing.engines_per_cache_server") for e in lonely.errors
+    )
+    shared = review_plan(plan({**base, "sizing": {"host_memory_gb": 20, "engines_per_cache_server": 2}}))
+    assert "no_cache_server" not in {e.code for e in shared.errors}
 
 
 def test_cache_server_args_are_rendered_on_the_lmcache_server_line() -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_sim.batch import Cluster, Simulation
@@ -311,3 +313,25 @@ def test_every_simulated_gpu_and_model_of_the_hardware_table_makes_a_profile() -
             assert profile.model.weight_bytes == facts.weight_bytes
     with pytest.raises(ValueError, match="unknown GPU 'A100'"):
         load_profile("A100", "Qwen/Qwen3-8B")
+
+
+def test_engines_sharing_one_lmcache_server_reuse_what_the_others_computed() -> None:
+    """Issue 19 (the study's section 4.3) on the simulated cluster, examples/lmcache-shared-server.yaml: four engines
+    each with its own server never reuse another's documents (round robin sends a document's second visit to the
+    next engine); sharing one server, almost every measured prompt token comes from what another instance computed,
+    with who computed what; across two machines the server's link is the network and runs busier and slower."""
+    from kvbench_sim.whatif import run_plan  # noqa: PLC0415
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "lmcache-shared-server.yaml"
+    plan = Plan.model_validate(yaml.safe_load(path.read_text()))
+    jobs = {w["name"]: w["test_points"][0]["jobs"][0] for w in run_plan(plan)["workloads"]}
+    own, shared, spread = jobs["own-servers"], jobs["one-shared-server"], jobs["shared-across-machines"]
+    assert own["cross_instance_tokens"] == {}
+    assert len(own["cache_servers"]) == 4
+    assert all(len(s["engines"]) == 1 for s in own["cache_servers"])
+    measured = sum(shared["prompt_token_sources"].values())
+    assert sum(shared["cross_instance_tokens"].values()) > 0.9 * measured
+    assert set(shared["cross_instance_tokens"]) == {"e0->e1", "e1->e2", "e2->e3", "e3->e0"}
+    assert shared["ttft_ms"]["p50"] < own["ttft_ms"]["p50"] / 3
+    assert spread["cache_servers"][0]["busy_share"] > shared["cache_servers"][0]["busy_share"]
+    assert shared["ttft_ms"]["p50"] < spread["ttft_ms"]["p50"] < own["ttft_ms"]["p50"]

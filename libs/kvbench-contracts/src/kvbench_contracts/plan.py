@@ -184,6 +184,13 @@ class Sizing(StrictModel):
         "report flags a tier that stored nothing)",
     )
     shared_mount_path: str | None = Field(None, description="Shared filesystem mount path for a shared file tier")
+    engines_per_cache_server: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Stacks with an LMCache server: engines sharing one server, grouped in placement order across "
+        "machines (null: one server per machine, shared by the engines there; 1: a server per engine)",
+    )
     prefill_machines: int | None = Field(None, ge=1, description="Split stacks: machines that run prefill")
     prefill_gpus: int | None = Field(None, ge=1, description="Split stacks: GPUs that run prefill")
 

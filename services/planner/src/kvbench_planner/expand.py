@@ -36,7 +36,13 @@ def _processes(
     if index == 0 and "shared_store_gb" in stack.needs:
         procs.append(f"shared store ({w.sizing.shared_store_gb or 0:g} GB)")
     if stack.lmcache_server:
-        procs.append("lmcache server")
+        per = w.sizing.engines_per_cache_server
+        if per is None:
+            procs.append("lmcache server")
+        else:  # groups of `per` engines in placement order, a server on the machine of each group's first
+            first = index * engines
+            starts = range(-(-first // per) * per, first + engines, per)
+            procs += [f"lmcache server (for {per} engine{'s' * (per > 1)} from engine {g})" for g in starts]
     role = "prefill" if prefill else ("decode" if stack.strategy in ("split", "split_offload") else "serve")
     for e in range(engines):
         procs.append(

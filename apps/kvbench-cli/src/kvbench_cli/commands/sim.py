@@ -66,12 +66,40 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
                     f"{first:,.1f}" if first is not None else "–", where,
                 )  # fmt: skip
     console.print(table)
+    for line in shared_server_lines(report):
+        console.print(line)
     console.print(
         "repeat: fresh (a new stack), restarted (cache_state: empty: GPU and host tiers and memory stores lost, "
         "disk tiers and shared filesystems kept, a cold start) or warm (every cache kept); first request TTFT: the "
         "job's first request, measured or not"
     )
     return 0
+
+
+def shared_server_lines(report: dict[str, Any]) -> list[str]:
+    """Shared LMCache servers (sizing.engines_per_cache_server): who computed what another instance reused, and how
+    busy each server's link was (its average over the job: bursts queue well below 100%)."""
+    lines = []
+    for w in report["workloads"]:
+        for point in w["test_points"]:
+            for job in point["jobs"]:
+                shared = [s for s in job.get("cache_servers", []) if len(s["engines"]) > 1]
+                if not shared:
+                    continue
+                cross = job.get("cross_instance_tokens", {})
+                pairs = ", ".join(f"{pair} {tokens:,}" for pair, tokens in list(cross.items())[:4])
+                more = f" and {len(cross) - 4} more pairs" if len(cross) > 4 else ""
+                servers = "; ".join(
+                    f"{s['server']} ({', '.join(s['engines'])}): {s['bytes_moved'] / 1e9:,.1f} GB, link busy "
+                    f"{s['busy_share']:.0%}"
+                    for s in shared
+                )
+                where = f"{w['name']} (load {point['load_level']:g}, repeat {job['repeat'] + 1})"
+                lines.append(
+                    f"{where}: shared servers {servers}; {sum(cross.values()):,} prompt tokens computed by one "
+                    "instance and reused by another" + (f" ({pairs}{more})" if pairs else "")
+                )
+    return lines
 
 
 def register(sub: Any) -> None:

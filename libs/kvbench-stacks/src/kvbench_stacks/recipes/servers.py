@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from kvbench_stacks.recipes.common import EngineSlot, Machines, host_of, image_for, url_of, user_args
+from kvbench_stacks.recipes.common import EngineSlot, Machines, engine_slots, host_of, image_for, url_of, user_args
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 
@@ -79,15 +80,73 @@ LMCACHE_SERVER_OWN_FLAGS = frozenset(
 )
 
 
-def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float) -> ProcessSpec:
-    """stacks.md 1.12: the LMCache multi-process server (L1 CPU, L2 adapters), on its own ports."""
+@dataclass(frozen=True)
+class CacheServer:
+    """One LMCache server of the pool: where it runs and which engines (machine, index) connect to it."""
+
+    machine: int
+    index: int  # its place among the servers of its machine
+    engines: tuple[tuple[int, int], ...]
+    of_machine: int  # servers on its machine
+
+    @property
+    def zmq_port(self) -> int:
+        return PORTS["lmcache_zmq"] + self.index
+
+    @property
+    def http_port(self) -> int:
+        return PORTS["lmcache_http"] + self.index
+
+    @property
+    def name(self) -> str:
+        return "lmcache" if self.index == 0 else f"lmcache-{self.index}"
+
+
+def cache_servers(ctx: RenderContext) -> list[CacheServer]:
+    """The pool's LMCache servers (issue 19, section 4.3 of the study): by default one on every machine, shared by
+    the engines there; with ``sizing.engines_per_cache_server`` N, the pool's engines in placement order in groups
+    of N, each group's server on the machine of its first engine (its other engines may connect from other
+    machines: LMCache serves over TCP, it balances nothing, the router in front does)."""
+    slots = [(s.machine, s.index) for s in engine_slots(ctx, False)]
+    per = ctx.sizing.get("engines_per_cache_server")
+    if not per:
+        groups = [(m, tuple(s for s in slots if s[0] == m)) for m in range(len(ctx.machines))]
+    else:
+        groups = [(slots[i][0], tuple(slots[i : i + int(per)])) for i in range(0, len(slots), int(per))]
+    counts = [sum(1 for m, _ in groups if m == machine) for machine in range(len(ctx.machines))]
+    seen = [0] * len(ctx.machines)
+    servers = []
+    for machine, engines in groups:
+        servers.append(CacheServer(machine, seen[machine], engines, counts[machine]))
+        seen[machine] += 1
+    return servers
+
+
+def cache_server_of(ctx: RenderContext, slot: EngineSlot) -> tuple[str, int]:
+    """The address (host, ZMQ port) of the LMCache server ``slot``'s engine connects to."""
+    for server in cache_servers(ctx):
+        if (slot.machine, slot.index) in server.engines:
+            host = "127.0.0.1" if server.machine == slot.machine else host_of(ctx, server.machine)
+            return host, server.zmq_port
+    return "127.0.0.1", PORTS["lmcache_zmq"]
+
+
+def lmcache_server(
+    ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float, server: CacheServer | None = None
+) -> ProcessSpec:
+    """stacks.md 1.12: the LMCache multi-process server (L1 CPU, L2 adapters), on its own ports. Several servers
+    on one machine split its host memory and keep their disk records in a folder each."""
+    server = server or CacheServer(0, 0, (), 1)
+    if server.of_machine > 1:
+        l1_gb /= server.of_machine
+        l2 = [{**a, "base_path": f"{a['base_path']}/server-{server.index}"} if a.get("type") == "fs" else a for a in l2]
     argv = [
         "lmcache",
         "server",
         "--host",
         "0.0.0.0",
         "--port",
-        str(PORTS["lmcache_zmq"]),
+        str(server.zmq_port),
         "--chunk-size",
         str(ctx.engine.args.get("block-size", 256)),
         "--l1-size-gb",
@@ -98,20 +157,20 @@ def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float) -
         "--http-host",
         "0.0.0.0",
         "--http-port",
-        str(PORTS["lmcache_http"]),
+        str(server.http_port),
     ]
     for adapter in l2:
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     argv += user_args(ctx.engine.cache_server_args)
     return ProcessSpec(
-        name="lmcache",
+        name=server.name,
         role="lmcache",
         argv=argv,
-        ports={"zmq": PORTS["lmcache_zmq"], "http": PORTS["lmcache_http"]},
-        health=("http", PORTS["lmcache_http"], "/healthcheck"),
+        ports={"zmq": server.zmq_port, "http": server.http_port},
+        health=("http", server.http_port, "/healthcheck"),
         # `lmcache server` serves its metrics on the HTTP port: it starts no Prometheus server of its own, so
         # --prometheus-port does nothing there (LMCache 0.5.1: http_server.py, start_prometheus_http_server=False)
-        metrics=(PORTS["lmcache_http"], "/metrics"),
+        metrics=(server.http_port, "/metrics"),
         binary="lmcache",
         image=image_for(ctx, "lmcache/vllm-openai:latest"),
     )
@@ -126,11 +185,12 @@ def lmcache_tiers(ctx: RenderContext) -> tuple[float, list[dict[str, Any]]]:
     return l1, l2
 
 
-def lmcache_mp_connector() -> list[str]:
+def lmcache_mp_connector(ctx: RenderContext, slot: EngineSlot) -> list[str]:
+    host, port = cache_server_of(ctx, slot)
     config = {
         "kv_connector": "LMCacheMPConnector",
         "kv_role": "kv_both",
-        "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": PORTS["lmcache_zmq"]},
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{host}", "lmcache.mp.port": port},
     }
     return ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
 
@@ -224,9 +284,9 @@ def lmcache_pd_proxy(
 
 
 def with_lmcache_servers(ctx: RenderContext, out: Machines, l2: list[dict[str, Any]], l1_gb: float) -> Machines:
-    """An LMCache server first on every machine of the pool (the engines there connect to their own)."""
-    for m in range(len(ctx.machines)):
-        out.setdefault(m, []).insert(0, lmcache_server(ctx, l2, l1_gb))
+    """The pool's LMCache servers (``cache_servers``) first on their machines."""
+    for server in reversed(cache_servers(ctx)):
+        out.setdefault(server.machine, []).insert(0, lmcache_server(ctx, l2, l1_gb, server))
     return out
 
 

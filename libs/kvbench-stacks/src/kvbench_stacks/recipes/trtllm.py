@@ -17,6 +17,7 @@ from kvbench_stacks.recipes.model import RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
 from kvbench_stacks.recipes.servers import (
+    cache_server_of,
     lmcache_tiers,
     router_process,
     valkey,
@@ -92,7 +93,7 @@ def trtllm_lmcache_valkey(ctx: RenderContext) -> Machines:  # stacks.md 3, LMCac
             {
                 "kv_connector_config": {
                     "connector": "lmcache-mp",
-                    "server_url": f"tcp://127.0.0.1:{PORTS['lmcache_zmq']}",
+                    "server_url": "tcp://{}:{}".format(*cache_server_of(ctx, s)),
                 }
             },
         ),

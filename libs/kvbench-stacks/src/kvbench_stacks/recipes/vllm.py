@@ -81,7 +81,7 @@ def vllm_lmcache_valkey(ctx: RenderContext) -> Machines:  # stacks.md 1.4 with t
     l1, l2 = lmcache_tiers(ctx)
     l2.append(valkey_l2_adapter(ctx))
     out = with_lmcache_servers(
-        ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector())), l2, l1
+        ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector(ctx, s))), l2, l1
     )
     return head_first(out, valkey(ctx))
 
@@ -91,7 +91,7 @@ def vllm_lmcache_mooncake(ctx: RenderContext) -> Machines:  # stacks.md 1.5 (MP 
     l1, l2 = lmcache_tiers(ctx)
     l2.append(lmcache_mooncake_l2(ctx, mooncake_transport(ctx)))
     out = with_lmcache_servers(
-        ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector())), l2, l1
+        ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector(ctx, s))), l2, l1
     )
     return head_first(out, mooncake_master(ctx))
 
@@ -127,6 +127,6 @@ def vllm_mooncake_store(ctx: RenderContext) -> Machines:  # stacks.md 1.6
 def vllm_lmcache_mp(ctx: RenderContext) -> Machines:  # stacks.md 1.12 (the LMCache study's stack)
     l1, l2 = lmcache_tiers(ctx)
     out = with_lmcache_servers(
-        ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector())), l2, l1
+        ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector(ctx, s))), l2, l1
     )
     return out

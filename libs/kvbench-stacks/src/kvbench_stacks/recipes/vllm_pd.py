@@ -201,7 +201,7 @@ def vllm_pd_lmcache_store(ctx: RenderContext) -> Machines:  # stacks.md 1.11 (b)
             if s.role == "prefill"
             else {}
         )
-        return vllm(ctx, s, lmcache_mp_connector(), env=env)
+        return vllm(ctx, s, lmcache_mp_connector(ctx, s), env=env)
 
     prefill = next(s for s in slots if s.role == "prefill")
     decode = next(s for s in slots if s.role == "decode")
