@@ -76,6 +76,11 @@ class RunLoad(Envelope):
         description="Engine seconds per wall-clock second (a simulated cluster's speed): the plan's durations, gaps "
         "and rates are engine seconds; the load generator paces in them and stamps records in them",
     )
+    keep_answers: bool = Field(
+        False,
+        description="The acceptance test: report a digest of every answer (JobFinished.answers), so the reloaded "
+        "passes can be compared with the cold one answer for answer",
+    )
     reset_prefix_cache: bool = Field(
         False,
         description="Before the load, empty each engine's local prefix cache (POST /reset_prefix_cache, external "

@@ -236,6 +236,11 @@ class JobFinished(Envelope):
         description="Engines whose local prefix cache it emptied before the load (RunLoad.reset_prefix_cache): "
         "engine id -> HTTP status of POST /reset_prefix_cache (0: no answer)",
     )
+    answers: dict[str, str] = Field(
+        default_factory=dict,
+        description="With RunLoad.keep_answers: each completed request's place in the schedule (session/turn) -> "
+        "the SHA-256 of its answer's text (16 hex digits)",
+    )
 
 
 class JobFailed(Envelope):

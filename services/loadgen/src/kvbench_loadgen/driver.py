@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 import logging
 import math
 import random
@@ -64,6 +65,8 @@ class DriveConfig:
     request_timeout_s: float = 600.0  # wall-clock
     drain_timeout_s: float = 120.0  # wall-clock
     time_scale: float = 1.0  # engine seconds per wall-clock second
+    # the acceptance test: a digest of every answer (DriveResult.answers), so its passes can be compared
+    keep_answers: bool = False
     # connections opened before the load starts, spread over the endpoints: None takes the concurrency the plan
     # states (this shard's closed-loop users, else max_concurrency, else 50 ms of a request rate's arrivals, at
     # most 256); 0 opens none. Requests that find none idle open their own, and their records say how long it took
@@ -71,6 +74,10 @@ class DriveConfig:
     # the monotonic time the load starts at, shared by workers that split one schedule (processes of one machine
     # read the same CLOCK_MONOTONIC, so their records' times line up); None: as soon as the connections are open
     start_at: float | None = None
+
+
+# the acceptance test's answer digests travel in one JobFinished message (NATS: 1 MB): ~40 bytes each
+MAX_ANSWERS = 10_000
 
 
 @dataclass
@@ -85,6 +92,8 @@ class DriveResult:
     warmup_s: float = 0.0
     replay_lags_s: list[float] = field(default_factory=list)  # trace mode: actual minus scheduled send time
     abandoned: bool = False  # requests still in flight ignored cancellation after the drain time
+    # with keep_answers: "session/turn" -> the answer's SHA-256 (16 hex digits), for answers that completed
+    answers: dict[str, str] = field(default_factory=dict)
     # request rate and trace modes: wall seconds each scheduled send left after its schedule (the client's own lag)
     # (4 bytes a send: an hour at 3,000 requests/s is 43 MB, not the ~350 MB of a list of floats)
     send_lateness_s: array[float] = field(default_factory=lambda: array("f"))
@@ -260,7 +269,10 @@ class Driver:
             self._emit(session, number, turn, StreamResult(t0=started, error="timeout"), request_id)
             raise
         self._emit(session, number, turn, result, request_id)
-        session.record(turn, "".join(result.text), result.ok)
+        text = "".join(result.text)
+        if self.config.keep_answers and result.ok and len(self.result.answers) < MAX_ANSWERS:
+            self.result.answers[f"{session.session_id}/{number}"] = hashlib.sha256(text.encode()).hexdigest()[:16]
+        session.record(turn, text, result.ok)
         return result.ok
 
     async def _stream(self, base_url: str, payload: dict[str, object], chat: bool, request_id: str) -> StreamResult:

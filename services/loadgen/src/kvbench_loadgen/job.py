@@ -116,6 +116,7 @@ class JobRunner:
             request_timeout_s=self._settings.request_timeout_s,
             drain_timeout_s=self._settings.drain_timeout_s,
             time_scale=cmd.time_scale,
+            keep_answers=cmd.keep_answers,
         )
         reset = await reset_prefix_caches(cmd.endpoints) if cmd.reset_prefix_cache else {}
         driver = Driver(config, source, Router(cmd.endpoints, cmd.routing), sink.add)
@@ -182,6 +183,7 @@ class JobRunner:
                 time_scale=cmd.time_scale,
                 client_timing=client_timing(probe, result.send_lateness_s),
                 prefix_cache_reset=reset,
+                answers=result.answers,
             )
         )
         log.info(

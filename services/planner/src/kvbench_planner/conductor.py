@@ -609,6 +609,7 @@ class Conductor:
                         working_set_ratio=workload.measurement.working_set_ratio,
                         time_scale=speed,
                         reset_prefix_cache=workload.acceptance_phase(job.repeat) == "reset",
+                        keep_answers=workload.measurement.acceptance,
                     )
                 )
         log.info(

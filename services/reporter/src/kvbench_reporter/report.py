@@ -675,15 +675,17 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         )
     run_events = await store.events(run_id)
     resets: dict[str, dict[str, int]] = defaultdict(dict)  # job -> engine -> POST /reset_prefix_cache's status
+    answers: dict[str, dict[str, str]] = defaultdict(dict)  # job -> session/turn -> digest (acceptance tests)
     for e in run_events:
         if e["schema"] == JobFinished.SCHEMA:
             payload = _json(e["payload"]) or {}
             resets[str(payload.get("job_id"))].update(payload.get("prefix_cache_reset") or {})
+            answers[str(payload.get("job_id"))].update(payload.get("answers") or {})
     for workload in workloads_out:
         workload["stacks"] = stacks_started(run_events, workload["name"])
         spec = specs.get(workload["name"], {})
         if (spec.get("measurement") or {}).get("acceptance"):
-            workload["acceptance"] = acceptance(workload, resets, spec.get("model"))
+            workload["acceptance"] = acceptance(workload, resets, spec.get("model"), answers)
     events = [
         {
             "at": e["occurred_at"].isoformat(),
