@@ -76,6 +76,9 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     return 0
 
 
+BOTTLENECK = 0.7  # a shared server's link busy this share of a job: its loads queue behind each other
+
+
 def shared_server_lines(report: dict[str, Any]) -> list[str]:
     """Shared LMCache servers (sizing.engines_per_cache_server): who computed what another instance reused, and how
     busy each server's link was (its average over the job: bursts queue well below 100%)."""
@@ -95,6 +98,8 @@ def shared_server_lines(report: dict[str, Any]) -> list[str]:
                     for s in shared
                 )
                 where = f"{w['name']} (load {point['load_level']:g}, repeat {job['repeat'] + 1})"
+                if any(s["busy_share"] >= BOTTLENECK for s in shared):
+                    servers += f"; a server busy {BOTTLENECK:.0%} of the job or more is the bottleneck (loads queue)"
                 lines.append(
                     f"{where}: shared servers {servers}; {sum(cross.values()):,} prompt tokens computed by one "
                     "instance and reused by another" + (f" ({pairs}{more})" if pairs else "")
