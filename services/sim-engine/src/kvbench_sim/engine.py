@@ -190,9 +190,7 @@ class Engine:
             gained = min(last * tier.chunk_tokens, covered) - max(first * tier.chunk_tokens, gpu_tokens)
             req.sources[tier.name] = req.sources.get(tier.name, 0) + max(0, gained)
             if tier.config.store_id and self.name:
-                for owner, chunks in tier.owners(
-                    self._chunk_hashes(req, tier.chunk_tokens)[first:last], self.name
-                ).items():
+                for owner, chunks in tier.owners(chunk_hashes, self.name).items():
                     pair = f"{owner}->{self.name}"
                     self.counters.cross_hits[pair] = self.counters.cross_hits.get(pair, 0) + chunks * tier.chunk_tokens
         req.loaded_to = covered

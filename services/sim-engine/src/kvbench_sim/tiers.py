@@ -235,6 +235,8 @@ class Tier:
     def clear(self) -> None:
         self._chunks.clear()
         self._pending.clear()
+        self._owner.clear()
+        self._pending_owner.clear()
         self.link.flows.clear()
         self.changes += 1
 
