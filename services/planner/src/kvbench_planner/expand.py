@@ -11,6 +11,7 @@ from kvbench_planner.cluster import Machine
 from kvbench_stacks.catalog import CATALOG, StackSpec
 from kvbench_stacks.hardware import find_model, gpu_spec
 from kvbench_stacks.recipes import PoolMachine, RenderContext, render
+from kvbench_stacks.recipes.servers import CacheServer, group_engines
 
 __all__ = ["estimate_job_s", "expand_plan"]
 
@@ -28,7 +29,7 @@ def estimate_job_s(w: Workload) -> float:
 
 
 def _processes(
-    w: Workload, stack: StackSpec, index: int, machine: Machine, engines: int, gpus: int, prefill: bool
+    w: Workload, stack: StackSpec, index: int, engines: int, gpus: int, prefill: bool, servers: list[CacheServer]
 ) -> list[str]:
     procs: list[str] = []
     if index == 0 and stack.pd_router:
@@ -36,13 +37,9 @@ def _processes(
     if index == 0 and "shared_store_gb" in stack.needs:
         procs.append(f"shared store ({w.sizing.shared_store_gb or 0:g} GB)")
     if stack.lmcache_server:
-        per = w.sizing.engines_per_cache_server
-        if per is None:
-            procs.append("lmcache server")
-        else:  # groups of `per` engines in placement order, a server on the machine of each group's first
-            first = index * engines
-            starts = range(-(-first // per) * per, first + engines, per)
-            procs += [f"lmcache server (for {per} engine{'s' * (per > 1)} from engine {g})" for g in starts]
+        for server in (s for s in servers if s.machine == index):
+            shared = w.sizing.engines_per_cache_server is not None
+            procs.append(f"lmcache server (for {len(server.engines)} engine(s))" if shared else "lmcache server")
     role = "prefill" if prefill else ("decode" if stack.strategy in ("split", "split_offload") else "serve")
     for e in range(engines):
         procs.append(
@@ -119,14 +116,19 @@ def expand_workload(w: Workload, machines: list[Machine]) -> dict[str, Any]:
     prefill_machines = w.sizing.prefill_machines or 0
     out_machines = []
     commands = _commands(w, machines) if w.cluster.sim is None and not all(m.simulated for m in machines) else {}
+    engines_of = [
+        1 if stack.one_engine_per_machine else max(1, (w.sizing.gpus_per_machine or m.gpus) // tp) for m in machines
+    ]
+    slots = [(i, e) for i, count in enumerate(engines_of) for e in range(count)]
+    servers = group_engines(slots, len(machines), w.sizing.engines_per_cache_server)  # as the recipe groups them
     for i, m in enumerate(machines):
         gpus = w.sizing.gpus_per_machine or m.gpus
-        engines = 1 if stack.one_engine_per_machine else max(1, gpus // tp)
+        engines = engines_of[i]
         entry: dict[str, Any] = {
             "name": m.name,
             "gpu_model": m.gpu_model,
             "gpus": gpus,
-            "processes": _processes(w, stack, i, m, engines, gpus, i < prefill_machines),
+            "processes": _processes(w, stack, i, engines, gpus, i < prefill_machines, servers),
         }
         if m.name in commands:
             entry["commands"] = commands[m.name]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,13 +109,18 @@ def cache_servers(ctx: RenderContext) -> list[CacheServer]:
     of N, each group's server on the machine of its first engine (its other engines may connect from other
     machines: LMCache serves over TCP, it balances nothing, the router in front does)."""
     slots = [(s.machine, s.index) for s in engine_slots(ctx, False)]
-    per = ctx.sizing.get("engines_per_cache_server")
+    return group_engines(slots, len(ctx.machines), ctx.sizing.get("engines_per_cache_server"))
+
+
+def group_engines(slots: Sequence[tuple[int, int]], machines: int, per: int | None) -> list[CacheServer]:
+    """``slots``: the pool's engines as (machine, index) in placement order; ``per``: engines a server (None: every
+    machine's engines share its one server)."""
     if not per:
-        groups = [(m, tuple(s for s in slots if s[0] == m)) for m in range(len(ctx.machines))]
+        groups = [(m, tuple(s for s in slots if s[0] == m)) for m in range(machines)]
     else:
-        groups = [(slots[i][0], tuple(slots[i : i + int(per)])) for i in range(0, len(slots), int(per))]
-    counts = [sum(1 for m, _ in groups if m == machine) for machine in range(len(ctx.machines))]
-    seen = [0] * len(ctx.machines)
+        groups = [(slots[i][0], tuple(slots[i : i + per])) for i in range(0, len(slots), per)]
+    counts = [sum(1 for m, _ in groups if m == machine) for machine in range(machines)]
+    seen = [0] * machines
     servers = []
     for machine, engines in groups:
         servers.append(CacheServer(machine, seen[machine], engines, counts[machine]))
@@ -131,12 +137,9 @@ def cache_server_of(ctx: RenderContext, slot: EngineSlot) -> tuple[str, int]:
     return "127.0.0.1", PORTS["lmcache_zmq"]
 
 
-def lmcache_server(
-    ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float, server: CacheServer | None = None
-) -> ProcessSpec:
+def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float, server: CacheServer) -> ProcessSpec:
     """stacks.md 1.12: the LMCache multi-process server (L1 CPU, L2 adapters), on its own ports. Several servers
     on one machine split its host memory and keep their disk records in a folder each."""
-    server = server or CacheServer(0, 0, (), 1)
     if server.of_machine > 1:
         l1_gb /= server.of_machine
         l2 = [{**a, "base_path": f"{a['base_path']}/server-{server.index}"} if a.get("type") == "fs" else a for a in l2]
