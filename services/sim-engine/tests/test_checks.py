@@ -340,3 +340,8 @@ def test_engines_sharing_one_lmcache_server_reuse_what_the_others_computed() -> 
     crowded = jobs["eight-share-one"]
     assert crowded["cache_servers"][0]["busy_share"] > 0.7
     assert crowded["ttft_ms"]["p50"] > 0.75 * own["ttft_ms"]["p50"]
+    # with no engines_per_cache_server, as the recipe: each machine's engines share its one server
+    default = plan.model_copy(update={"workloads": [plan.workloads[2].model_copy(update={
+        "sizing": plan.workloads[2].sizing.model_copy(update={"engines_per_cache_server": None})})]})  # fmt: skip
+    (by_machine,) = [w["test_points"][0]["jobs"][0] for w in run_plan(default)["workloads"]]
+    assert sorted(s["engines"] for s in by_machine["cache_servers"]) == [["e0", "e1"], ["e2", "e3"]]

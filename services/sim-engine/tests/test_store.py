@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from kvbench_sim.profiles import TierConfig
-from kvbench_sim.store import SharedIndex, StoreClient, build_store
+from kvbench_sim.store import PoolTier, SharedIndex, StoreClient, build_store
 from kvbench_sim.tiers import Tier
 
 
@@ -24,6 +24,15 @@ def test_the_index_evicts_least_recently_used_and_reports_the_net_change() -> No
         SharedIndex(0)
 
 
+def test_the_index_keeps_who_stored_each_chunk_until_it_is_evicted() -> None:
+    index = SharedIndex(3)
+    index.add([1, 2], "a")
+    index.add([2, 3], "b")  # 2 was a's: the first engine to store a chunk computed it
+    assert index.by_owner() == {"a": [1, 2], "b": [3]}
+    index.add([4], "b")  # 1 goes, and with it who made it
+    assert index.by_owner() == {"a": [2], "b": [3, 4]}
+
+
 def _tier() -> Tier:
     return Tier(TierConfig(name="shared", capacity_gb=1, bw_gbps=10, lat_ms=1, store_id="s"), 256, 1000.0, 0.0)
 
@@ -36,7 +45,7 @@ async def _until(condition: object, timeout_s: float = 5.0) -> None:
 
 
 async def test_what_one_engine_stores_reaches_the_others_and_evictions_too() -> None:
-    server = TestServer(build_store(SharedIndex(4)))
+    server = TestServer(build_store({"shared": PoolTier(SharedIndex(4))}))
     await server.start_server()
     url = str(server.make_url("/ws"))
     a, b = _tier(), _tier()
@@ -65,7 +74,7 @@ async def test_what_one_engine_stores_reaches_the_others_and_evictions_too() -> 
 
 
 async def test_an_engine_that_reconnects_forgets_what_was_evicted_while_it_was_away() -> None:
-    server = TestServer(build_store(SharedIndex(2)))
+    server = TestServer(build_store({"shared": PoolTier(SharedIndex(2))}))
     await server.start_server()
     url = str(server.make_url("/ws"))
     a, b = _tier(), _tier()
@@ -110,7 +119,7 @@ async def test_the_store_shares_its_bandwidth_between_engines_flows() -> None:
 
     from kvbench_sim.store import FlowPacer  # noqa: PLC0415
 
-    server = TestServer(build_store(SharedIndex(1000), FlowPacer(1e9)))
+    server = TestServer(build_store({"shared": PoolTier(SharedIndex(1000), FlowPacer(1e9))}))
     await server.start_server()
     url = str(server.make_url("/ws"))
     t0 = time.monotonic()
@@ -132,7 +141,7 @@ async def test_the_store_shares_its_bandwidth_between_engines_flows() -> None:
             assert await _through_after(client.link, together) == pytest.approx(0.2048, abs=0.015)
         async with aiohttp.ClientSession() as http, http.get(str(server.make_url("/metrics"))) as response:
             metrics = await response.text()
-        assert "kvbench_sim_store_bytes_total 3.072e+08" in metrics
+        assert 'kvbench_sim_store_bytes_total{tier="shared"} 3.072e+08' in metrics
     finally:
         for client in clients:
             await client.stop()
@@ -144,7 +153,9 @@ async def test_flows_in_flight_when_the_store_goes_away_land_on_the_engines_own_
 
     from kvbench_sim.store import FlowPacer  # noqa: PLC0415
 
-    server = TestServer(build_store(SharedIndex(1000), FlowPacer(1e6)))  # 1 MB/s: the flow outlasts the store
+    server = TestServer(
+        build_store({"shared": PoolTier(SharedIndex(1000), FlowPacer(1e6))})
+    )  # 1 MB/s: the flow outlasts the store
     await server.start_server()
     t0 = time.monotonic()
     tier = _tier()
@@ -163,3 +174,44 @@ async def test_flows_in_flight_when_the_store_goes_away_land_on_the_engines_own_
         assert client.link.landed(now + 0.01) == [transfer]
     finally:
         await client.stop()
+
+
+async def test_a_store_of_several_tiers_keeps_them_apart_and_says_who_computed_what() -> None:
+    """A simulated LMCache server shared by two engines: its L1 and its disk are two tiers, each at its own path; an
+    engine that connects later learns who stored each chunk, and an engine loading another's chunks can say whose."""
+    app = build_store({"host": PoolTier(SharedIndex(8)), "disk": PoolTier(SharedIndex(8))})
+    server = TestServer(app)
+    await server.start_server()
+    a_host, a_disk, b_host = _tier(), _tier(), _tier()
+    clients = [
+        StoreClient(str(server.make_url("/ws/host")), a_host, owner="a"),
+        StoreClient(str(server.make_url("/ws/disk")), a_disk, owner="a"),
+        StoreClient(str(server.make_url("/ws/host")), b_host, owner="b"),
+    ]
+    for client in clients:
+        client.start()
+    try:
+        await asyncio.gather(*(c.connected.wait() for c in clients))
+        a_host.commit([1, 2, 3])
+        a_disk.commit([9])
+        await _until(lambda: b_host.longest_prefix([1, 2, 3]) == 3)
+        assert b_host.longest_prefix([9]) == 0  # the disk tier is another index
+        assert b_host.owners([1, 2, 3], "b") == {"a": 3}
+        assert a_host.owners([1, 2, 3], "a") == {}  # its own chunks are no one else's
+        late = _tier()
+        clients.append(StoreClient(str(server.make_url("/ws/host")), late, owner="c"))
+        clients[-1].start()
+        await _until(lambda: late.chunks == 3)
+        assert late.owners([1, 2, 3], "c") == {"a": 3}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(str(server.make_url("/ws/nvme"))) as response:
+                assert response.status == 404
+                assert "host, disk" in await response.text()
+            async with http.get(str(server.make_url("/metrics"))) as response:
+                metrics = await response.text()
+        assert 'kvbench_sim_store_chunks{tier="host"} 3.0' in metrics
+        assert 'kvbench_sim_store_chunks{tier="disk"} 1.0' in metrics
+    finally:
+        for client in clients:
+            await client.stop()
+        await server.close()

@@ -42,6 +42,17 @@ class SimEngineSpec(_Spec):
     pd_role: Literal["prefill", "decode"] | None = Field(None, description="Split stacks: this engine's side")
     shared_store_url: str | None = Field(None, description="ws://HOST:PORT/ws of the pool's store process")
     records_dir: str | None = Field(None, description="Where this engine's file-backed tiers keep their records")
+    engine_id: str | None = Field(
+        None, description="How the engine names itself (the agent's engine id): who computed what another reused"
+    )
+    cache_server_url: str | None = Field(
+        None,
+        description="ws://HOST:PORT of the simulated LMCache server this engine shares with others (its L1 and disk "
+        "tiers live there); None: the server's tiers are this engine's own",
+    )
+    cache_server_here: bool = Field(
+        True, description="The shared server runs on this engine's machine: the engine reports its disk tier's census"
+    )
 
 
 class SimStoreSpec(_Spec):
@@ -52,7 +63,13 @@ class SimStoreSpec(_Spec):
     workload: SimWorkload
     cluster: SimCluster = Field(default_factory=SimCluster)
     records_dir: str | None = Field(
-        None, description="A file-backed pool (a shared filesystem): where its index is kept"
+        None, description="A file-backed pool (a shared filesystem), or a cache server's disk: where its index is kept"
+    )
+    cache_server: int | None = Field(
+        None,
+        ge=0,
+        description="Serve an LMCache server's tiers (its L1 and disk) for a group of engines, numbered as the "
+        "recipe numbers the pool's servers; None: the pool's shared store",
     )
 
 

@@ -240,15 +240,6 @@ def _cache_server_rules(
             "Remove sizing.engines_per_cache_server, or choose a stack with an LMCache server (kvbench catalog).",
             "sizing.engines_per_cache_server",
         )
-    elif w.sizing.engines_per_cache_server is not None and w.cluster.sim is not None:
-        warn(
-            "shared_server_batch_only",
-            "On a simulated cluster only batch mode (kvbench sim run) shares an LMCache server's tiers between "
-            "engines; served simulated engines (kvbench run) each keep their own",
-            "Run this plan with kvbench sim run to compare shared and own servers; on real machines the recipe "
-            "starts the shared servers.",
-            "sizing.engines_per_cache_server",
-        )
     args = {key.replace("_", "-"): value for key, value in w.engine.cache_server_args.items()}
     if args and not stack.lmcache_server:
         err(

@@ -36,6 +36,10 @@ def _pct(value: float | None) -> str:
     return "unknown" if value is None else _fmt(100 * value, 3)
 
 
+def _share(value: float | None) -> str:
+    return "an unknown share" if value is None else f"{_fmt(100 * value)}%"
+
+
 def _port_row(p: dict[str, Any]) -> str:
     cells = [
         escape(str(p["port"])) + (" <small>(counters reset)</small>" if p.get("reset") else ""),
@@ -294,6 +298,20 @@ def render_html(report: dict[str, Any]) -> str:
             if ec
             else "<p>No engine counter samples for this workload.</p>"
         )
+        cross = w.get("cross_instance_hits")
+        if cross:
+            engine_line += (
+                "<h4>Reused across instances</h4><p>"
+                + escape(str(cross["definition"]).capitalize())
+                + f": {_fmt(cross['tokens'], 0)} tokens, {_share(cross.get('share_of_prompt_tokens'))} of the prompt "
+                "tokens.</p><table><tr><th>computed by</th><th>reused by</th><th>tokens</th></tr>"
+                + "".join(
+                    f"<tr><td>{escape(p['computed_by'])}</td><td>{escape(p['reused_by'])}</td>"
+                    f"<td>{_fmt(p['tokens'], 0)}</td></tr>"
+                    for p in cross["pairs"]
+                )
+                + "</table>"
+            )
         by_role = w["prompt_token_sources"].get("by_role") or {}
         if by_role:
             sides = "; ".join(

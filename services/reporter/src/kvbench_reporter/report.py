@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -89,6 +90,40 @@ def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime
         "gpu_power_w_mean": sum(power) / len(power) if power else None,
         "gpu_utilization_pct_mean": sum(util) / len(util) if util else None,
     }
+
+
+CROSS_INSTANCE_SERIES = "kvbench_sim_cross_instance_hit_tokens_total"
+_COMPUTED_BY = re.compile(r'computed_by="([^"]*)"')
+
+
+def cross_instance_hits(samples: list[asyncpg.Record], start: datetime, end: datetime) -> dict[str, float]:
+    """Prompt tokens one engine loaded from a shared tier that another engine computed, differenced over [start, end]:
+    ``"COMPUTED_BY -> REUSED_BY"`` -> tokens. Simulated engines count them (their shared store knows who stored each
+    chunk); no real engine or LMCache server says so, and then this is empty."""
+    by_engine: dict[str, list[tuple[datetime, dict[str, float]]]] = defaultdict(list)
+    for row in samples:
+        raw = _json(row["samples"]) or {}
+        found = {m.group(1): float(v) for k, v in raw.items() if k.startswith(CROSS_INSTANCE_SERIES)
+                 and (m := _COMPUTED_BY.search(k))}  # fmt: skip
+        if found:
+            by_engine[row["engine_id"]].append((row["sampled_at"], found))
+    out: dict[str, float] = {}
+    for engine_id, series in by_engine.items():
+        series.sort(key=lambda item: item[0])
+        if not any(start <= t <= end for t, _ in series):
+            continue  # another stack's engine of the same name (the samples are fetched by time, with a margin)
+        # from the last sample before the window to the last inside it; an engine id names each workload's stack in
+        # turn, so a count that falls is a new process counting from zero (Prometheus's increase())
+        kept = [s for t, s in series if t <= end]
+        before = sum(1 for t, _ in series if t <= start)
+        for previous, current in pairwise(kept[max(0, before - 1) :] if before else [{}, *kept]):
+            for owner, tokens in current.items():
+                prior = previous.get(owner, 0.0)
+                delta = tokens - prior if tokens >= prior else tokens
+                if delta > 0:
+                    key = f"{owner} -> {engine_id}"
+                    out[key] = out.get(key, 0.0) + delta
+    return out
 
 
 def disk_tier_census(samples: list[asyncpg.Record], start: datetime, end: datetime) -> dict[str, Any] | None:
@@ -319,6 +354,28 @@ def _test_points(
     return points
 
 
+def _cross_instance(jobs: list[dict[str, Any]], prompt_tokens: float) -> dict[str, Any] | None:
+    """The workload's cross-instance hits summed over its jobs: who computed what another engine reused (None when no
+    engine counted any)."""
+    pairs: dict[str, float] = defaultdict(float)
+    for job in jobs:
+        for pair, tokens in (job.get("cross_instance_hits") or {}).items():
+            pairs[pair] += tokens
+    if not pairs:
+        return None
+    total = sum(pairs.values())
+    return {
+        "definition": "prompt tokens an engine loaded from a shared tier (a shared LMCache server, a shared pool) that "
+        "another engine had computed and stored, over the measured windows; counted by the simulated engines",
+        "tokens": total,
+        "share_of_prompt_tokens": total / prompt_tokens if prompt_tokens else None,
+        "pairs": [
+            {"computed_by": pair.split(" -> ")[0], "reused_by": pair.split(" -> ")[1], "tokens": tokens}
+            for pair, tokens in sorted(pairs.items(), key=lambda item: -item[1])
+        ],
+    }
+
+
 def _split_by_cache_server(tokens: dict[str, float], engine: dict[str, float]) -> str:
     """The engines' connector hits that they cannot attribute (vLLM before 0.32 behind LMCache), split between the
     host and disk tiers as the cache server itself counted its hits; ``tokens`` is changed in place. Returns what
@@ -544,6 +601,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 )
                 deltas = counter_deltas(samples, start, end) if samples else None
                 entry["engine_counters"] = deltas
+                entry["cross_instance_hits"] = cross_instance_hits(samples, start, end) if samples else {}
                 entry["disk_tier"] = disk_tier_census(samples, job["started_at"], end) if samples else None
                 if entry["disk_tier"] is not None and deltas and deltas.get("kv_store_chunks_evicted", 0.0) > 0:
                     entry["disk_tier"]["reclaimed"] = True  # the tier's writer says so itself (LMCache's L2)
@@ -635,6 +693,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 if engine
                 else None,
                 "engine_counters": engine,
+                "cross_instance_hits": _cross_instance(jobs, sources.get("prompt_tokens") or prompt),
                 "limits": _limits(
                     spec, engine, window_by[name], best, pooled["goodput_rps"], pooled["output_tokens_per_s"], settings
                 ),

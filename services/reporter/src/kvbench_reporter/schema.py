@@ -115,6 +115,19 @@ class StackStarted(_Open):
     )
 
 
+class CrossInstancePair(_Open):
+    computed_by: str = Field(description="The engine that computed and stored the tokens")
+    reused_by: str = Field(description="The engine that loaded them instead of computing them")
+    tokens: float = Field(description="Prompt tokens, over the measured windows")
+
+
+class CrossInstanceHits(_Open):
+    definition: str = Field(description="What is counted")
+    tokens: float = Field(description="Every pair's tokens")
+    share_of_prompt_tokens: float | None = Field(description="tokens / the engines' prompt tokens")
+    pairs: list[CrossInstancePair] = Field(description="By pair, most first")
+
+
 class Workload(_Open):
     name: str = Field(description="Workload name from the plan")
     stack: str = Field(description="Stack id")
@@ -144,6 +157,9 @@ class Workload(_Open):
     prompt_token_sources: Sources = Field(description="Where prompt tokens came from")
     hit_ratio_over_time: list[dict[str, Any]] = Field(description="Cache hit ratio per time slice")
     engine_counters: dict[str, float] | None = Field(description="Normalised engine counters over the windows")
+    cross_instance_hits: CrossInstanceHits | None = Field(
+        None, description="Who computed what another engine reused from a shared tier (simulated engines count it)"
+    )
     limits: dict[str, Any] = Field(description="Break-even bandwidth, tier rates, GPU power, capacity, cost")
     validity: Validity = Field(description="Did it work?")
     timing: Timing = Field(description="TTFT and ITL reliable in every job, or the reasons they are not")

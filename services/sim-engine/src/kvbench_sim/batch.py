@@ -19,7 +19,7 @@ from typing import Any
 
 from kvbench_contracts.records import RequestRecord
 from kvbench_sim.engine import Engine, SimRequest, StepPlan
-from kvbench_sim.profiles import Profile, load_profile
+from kvbench_sim.profiles import CACHE_SERVER_STORE, Profile, cache_server_tier, load_profile
 from kvbench_sim.records import file_backed
 from kvbench_sim.stacks import SimLayout
 from kvbench_sim.text import chat_to_prompt, output_words, tokenize
@@ -72,13 +72,14 @@ class Cluster:
         self._rr_prefill = itertools.cycle(range(max(1, len(self.prefill))))
 
     def _profile_of(self, index: int, gpu: str, model: str) -> Profile:
-        """Engine ``index``'s profile: with engines_per_cache_server, its group's LMCache tiers are one store."""
+        """Engine ``index``'s profile: its group's LMCache server tiers are one store (engines_per_cache_server, by
+        default a machine's engines: engines fill machines in order)."""
         share = self.layout.engines_per_cache_server
         if not share:
             return self.profile
         group = index // share
         tiers = tuple(
-            t.model_copy(update={"store_id": f"lmcache-{group}-{t.name}"}) if t.name in ("host", "disk") else t
+            t.model_copy(update={"store_id": f"{CACHE_SERVER_STORE}-{group}-{t.name}"}) if cache_server_tier(t) else t
             for t in self.layout.engine.tiers
         )
         return load_profile(gpu, model, self.layout.engine.model_copy(update={"tiers": tiers}))
@@ -90,7 +91,7 @@ class Cluster:
         for engine in self.engines:
             for tier in engine.tiers:
                 store = tier.config.store_id
-                if not store or not store.startswith("lmcache-"):
+                if not store or not cache_server_tier(tier.config):
                     continue
                 row = seen.setdefault(store, {"engines": [], "bytes_moved": 0.0, "link_bytes": 0.0})
                 row["engines"].append(engine.name)

@@ -16,10 +16,11 @@ from pydantic import BaseModel, ValidationError
 from kvbench_contracts.sim import SimEngineSpec, SimRouterSpec, SimStoreSpec
 from kvbench_sim import router, store
 from kvbench_sim.engine import Engine
-from kvbench_sim.profiles import EngineConfig, Profile, load_profile
+from kvbench_sim.profiles import EngineConfig, Profile, cache_server_tier, load_profile
 from kvbench_sim.records import TierRecords, file_backed, keep_while_serving, tier_signature
 from kvbench_sim.server import PacedEngine, build_app
 from kvbench_sim.stacks import SimLayout, layout_for
+from kvbench_sim.store import StoreClient, StoreTierPlan
 from kvbench_sim.tiers import Link, Tier
 
 __all__ = ["main"]
@@ -55,7 +56,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--pd-link-gbps", type=float, default=None, help="decode side: GB/s of the KV link")
     serve.add_argument("--pd-setup-ms", type=float, default=None, help="decode side: fixed cost of each transfer")
-    serve.add_argument("--engine-id", default=None, help="name given to P/D peers (default: sim-PORT)")
+    serve.add_argument(
+        "--engine-id",
+        default=None,
+        help="name given to P/D peers and to the engines sharing its tiers (default: sim-PORT)",
+    )
+    serve.add_argument(
+        "--cache-server",
+        default=None,
+        help="ws://HOST:PORT of a simulated LMCache server (kvbench_sim store --spec, cache_server) whose L1 and disk "
+        "this engine shares with others (default: they are this engine's own)",
+    )
     serve.add_argument(
         "--shared-store",
         default=None,
@@ -105,7 +116,9 @@ def _apply_store_spec(args: argparse.Namespace) -> argparse.Namespace:
     if args.spec is not None:
         spec = read_spec(args.spec, SimStoreSpec)
         layout = layout_for(spec.workload.model_dump(), spec.cluster.model_dump())
-        shared = [t for t in layout.engine.tiers if t.store_id]
+        if spec.cache_server is not None:
+            return _apply_cache_server_spec(args, spec, layout)
+        shared = [t for t in layout.engine.tiers if t.store_id and not cache_server_tier(t)]
         if not shared:
             sys.stderr.write(f"kvbench-sim store: stack {spec.workload.stack} has no shared tier\n")
             raise SystemExit(2)
@@ -123,6 +136,26 @@ def _apply_store_spec(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def _apply_cache_server_spec(args: argparse.Namespace, spec: SimStoreSpec, layout: SimLayout) -> argparse.Namespace:
+    """A simulated LMCache server: the tiers of the stack's layout that live in the server (its L1, its disk), one
+    index and link each, shared by the engines of its group; its disk keeps its records as the engines' would."""
+    profile = load_profile(spec.cluster.gpu, spec.workload.model, layout.engine)
+    plans = []
+    for config in (t for t in layout.engine.tiers if cache_server_tier(t)):
+        tier = Tier(config, profile.block_size, profile.model.kv_bytes_per_token, profile.state_bytes_per_block)
+        kept = spec.records_dir if file_backed(tier) else None
+        plans.append(StoreTierPlan(config.name, tier.capacity_chunks, config.bw_gbps, kept,
+                                   tier_signature(tier, spec.workload.model) if kept else None))  # fmt: skip
+    if not plans:
+        sys.stderr.write(f"kvbench-sim store: stack {spec.workload.stack} has no LMCache server tiers\n")
+        raise SystemExit(2)
+    args.host, args.port, args.speed, args.tier_plans = spec.host, spec.port, spec.cluster.speed or 1.0, plans
+    log.info(
+        "LMCache server %d for %s: tiers %s", spec.cache_server, spec.workload.stack, ", ".join(p.name for p in plans)
+    )
+    return args
+
+
 def _apply_engine_spec(args: argparse.Namespace) -> SimLayout | None:
     """With --spec, the spec decides port, model, GPU, speed, role, store and records; returns its layout."""
     if args.spec is None:
@@ -134,6 +167,8 @@ def _apply_engine_spec(args: argparse.Namespace) -> SimLayout | None:
     args.host, args.port, args.model, args.gpu = spec.host, spec.port, spec.workload.model, spec.cluster.gpu
     args.speed = spec.cluster.speed or 1.0
     args.pd_role, args.shared_store, args.records_dir = spec.pd_role, spec.shared_store_url, spec.records_dir
+    args.engine_id = spec.engine_id or args.engine_id
+    args.cache_server, args.cache_server_here = spec.cache_server_url, spec.cache_server_here
     args.flavor = args.flavor or spec.workload.engine.name
     return layout_for(spec.workload.model_dump(), spec.cluster.model_dump())
 
@@ -203,26 +238,47 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine, layout: S
         flavor=flavor or "vllm",
         engine_id=args.engine_id or f"sim-{args.port}",
         pd_setup_s=setup_ms / 1e3,
+        # engines sharing a server on another machine leave its disk's census to the engine beside it
+        uncounted_tiers=frozenset(("disk",))
+        if args.cache_server and not getattr(args, "cache_server_here", True)
+        else frozenset(),
     )
-    shared = [t for t in engine.tiers if t.config.store_id]
+    engine.name = args.engine_id or f"sim-{args.port}"
+    clients: list[StoreClient] = []
+    shared = [t for t in engine.tiers if t.config.store_id and not cache_server_tier(t.config)]
     if args.shared_store:
         if not shared:
             sys.stderr.write("kvbench-sim: --shared-store: this stack has no shared tier\n")
             raise SystemExit(2)
-        client = store.StoreClient(args.shared_store, shared[0], virtual_at=paced.virtual_at, wake=paced.wake)
+        clients.append(StoreClient(args.shared_store, shared[0], paced.virtual_at, paced.wake, engine.name))
+    elif shared:
+        log.info("the %s tier is this engine's own (no --shared-store given)", shared[0].name)
+    served_tiers = [t for t in engine.tiers if cache_server_tier(t.config)]
+    if args.cache_server:
+        if not served_tiers:
+            sys.stderr.write("kvbench-sim: --cache-server: this stack has no LMCache server tiers\n")
+            raise SystemExit(2)
+        base = args.cache_server.rstrip("/")
+        clients += [
+            StoreClient(f"{base}/ws/{t.name}", t, paced.virtual_at, paced.wake, engine.name) for t in served_tiers
+        ]
+        log.info("%s: the LMCache server's %s tiers are shared at %s", engine.name,
+                 ", ".join(t.name for t in served_tiers), base)  # fmt: skip
+    if clients:
 
         async def connect(_: web.Application) -> None:
-            client.start()
+            for client in clients:
+                client.start()
 
         async def disconnect(_: web.Application) -> None:
-            await client.stop()
+            for client in clients:
+                await client.stop()
 
         app.on_startup.append(connect)
         app.on_cleanup.append(disconnect)
-    elif shared:
-        log.info("the %s tier is this engine's own (no --shared-store given)", shared[0].name)
+    remote = {id(c.tier) for c in clients}
     if args.records_dir:
-        _keep_records(app, engine, Path(args.records_dir), args.model, owned_shared=not args.shared_store)
+        _keep_records(app, [t for t in engine.tiers if id(t) not in remote], Path(args.records_dir), args.model)
     try:
         import uvloop  # noqa: PLC0415  (optional speed-up)
 
@@ -235,15 +291,16 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine, layout: S
     )
 
 
-def _keep_records(app: web.Application, engine: Engine, directory: Path, model: str, owned_shared: bool) -> None:
-    """Restore the file-backed tiers' records now; keep writing them while serving."""
+def _keep_records(app: web.Application, tiers: list[Tier], directory: Path, model: str) -> None:
+    """Restore the file-backed tiers' records now (those this engine holds, not a store process's); keep writing
+    them while serving."""
     kept: list[TierRecords] = []
-    for tier in engine.tiers:
-        if file_backed(tier) and (owned_shared or not tier.config.store_id):
+    for tier in tiers:
+        if file_backed(tier):
             records = TierRecords(directory, tier, tier_signature(tier, model))
             log.info("%s tier: %d records found in %s", tier.name, records.restore(), records.path)
             kept.append(records)
     if not kept:
-        log.info("--records-dir: this stack has no file-backed tier; nothing to keep")
+        log.info("--records-dir: this stack has no file-backed tier of its own; nothing to keep")
         return
     keep_while_serving(app, kept)

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kvbench_sim.blocks import BlockPool, chain_hashes
-from kvbench_sim.profiles import Profile
+from kvbench_sim.profiles import Profile, cache_server_tier
 from kvbench_sim.tiers import Tier, Transfer
 from kvbench_sim.timing import StepTimer
 
@@ -112,14 +112,15 @@ class Engine:
 
     # -- restart ----------------------------------------------------------------------------------
     def restart(self, now_s: float) -> None:
-        """A new engine process: GPU blocks and host tiers are gone, disk and shared tiers stay; the engine
+        """A new engine process: GPU blocks and its own host tier are gone, disk and shared tiers stay (a stack
+        restart clears the servers' memory tiers itself); the engine
         serves after its fixed start time and pays a first-use penalty per new prefill shape."""
         for req in [*self.running, *self.waiting, *self.loading]:
             req.finished = True
         self.running, self.waiting, self.loading = [], deque(), []
         self.pool = BlockPool(self.profile.gpu_kv_blocks)
         for tier in self.tiers:
-            if tier.name == "host":
+            if tier.name == "host" and not cache_server_tier(tier.config):  # an LMCache server's L1 outlives it
                 tier.clear()
         self._first_step_pending = True
         self._seen_shapes = set()

@@ -10,11 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvbench_stacks.hardware import GPUS, KNOWN_MODELS, GpuSimulation, KnownModel, find_model, simulated_gpus
 
 __all__ = [
+    "CACHE_SERVER_STORE",
+    "CACHE_SERVER_TIERS",
     "ColdStart",
     "EngineConfig",
     "GpuProfile",
     "Profile",
     "TierConfig",
+    "cache_server_tier",
     "known_gpus",
     "known_models",
     "load_profile",
@@ -47,6 +50,17 @@ class TierConfig(_Strict):
     # speed: it outlives the engine's restart, not a drop of the page cache
     page_cache_gb: float = Field(0, ge=0, description="File tier: what the page cache holds of its files, GB")
     cached_bw_gbps: float | None = Field(None, gt=0, description="File tier: rate of reads the page cache serves")
+
+
+# an LMCache server's tiers (its L1 in host memory, its disk adapter) live in the server process, not in the engine:
+# they carry this store id (in batch mode ``lmcache-GROUP-TIER``), and the engines of one server share them
+CACHE_SERVER_STORE = "lmcache"
+CACHE_SERVER_TIERS = ("host", "disk")
+
+
+def cache_server_tier(config: TierConfig) -> bool:
+    """Whether a tier is an LMCache server's rather than the engine's own or a shared pool's."""
+    return bool(config.store_id) and str(config.store_id).split("-", 1)[0] == CACHE_SERVER_STORE
 
 
 class ColdStart(_Strict):

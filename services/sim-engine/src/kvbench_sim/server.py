@@ -300,9 +300,11 @@ def build_app(
     flavor: str = "vllm",
     engine_id: str = "sim-0",
     pd_setup_s: float = 0.0,
+    uncounted_tiers: frozenset[str] = frozenset(),
 ) -> web.Application:
     """``engine_id``: how this engine names itself to a P/D router (``kv_transfer_params.remote_engine_id``);
-    ``pd_setup_s``: the fixed cost of each P/D transfer on the decode side (handshake, descriptors)."""
+    ``pd_setup_s``: the fixed cost of each P/D transfer on the decode side (handshake, descriptors);
+    ``uncounted_tiers``: shared tiers whose census another engine reports (a server's disk is counted once)."""
     metrics: VllmMetrics | SglangMetrics = SglangMetrics(model) if flavor == "sglang" else VllmMetrics(model)
     metrics.describe_cache(paced.engine)
     slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
@@ -332,6 +334,12 @@ def build_app(
         ["tier"],
         registry=metrics.registry,
     )
+    cross_instance = Counter(
+        "kvbench_sim_cross_instance_hit_tokens",
+        "Prompt tokens this engine loaded from a shared tier that another engine computed and stored, by that engine",
+        ["computed_by"],
+        registry=metrics.registry,
+    )
     counter = {"n": 0}
 
     def observe_timing(samples: list[float]) -> None:
@@ -353,8 +361,13 @@ def build_app(
     async def metrics_endpoint(_: web.Request) -> web.Response:
         metrics.refresh(paced.engine)
         for tier in paced.engine.tiers:
+            if tier.name in uncounted_tiers:
+                continue
             tier_chunks.labels(tier.name).set(tier.chunks)
             tier_bytes.labels(tier.name).set(tier.chunks * tier.bytes_per_chunk)
+        for pair, tokens in paced.engine.counters.cross_hits.items():
+            child = cross_instance.labels(pair.split("->", 1)[0])
+            child.inc(tokens - child._value.get())
         slips.inc(paced.late_steps - slips._value.get())
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbench_contracts.plan import SimCluster, Sizing
-from kvbench_sim.profiles import ColdStart, EngineConfig, TierConfig, load_profile
+from kvbench_sim.profiles import (
+    CACHE_SERVER_STORE,
+    CACHE_SERVER_TIERS,
+    ColdStart,
+    EngineConfig,
+    TierConfig,
+    load_profile,
+)
 from kvbench_stacks.catalog import CATALOG, SIMULATED_STACKS
 from kvbench_stacks.topology import sim_engine_counts
 
@@ -102,16 +109,20 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         tiers = (host(chunk), shared("mori", nic_gbytes, 0.5, chunk))
     elif stack in ("vllm-native-shared-fs", "sglang-hicache-file"):
         tiers = (host(), shared("shared-fs", min(disk_gbps, nic_gbytes), 0.2, LMCACHE_CHUNK))
-    share = sizing.get("engines_per_cache_server") if CATALOG[stack].lmcache_server else None
+    per_machine = max(1, int(sizing.get("gpus_per_machine") or cluster.get("gpus_per_machine", 1)) // tp)
+    share: int | None = None
+    if CATALOG[stack].lmcache_server:
+        # as the recipe does: by default each machine's engines share its one LMCache server
+        share = int(sizing.get("engines_per_cache_server") or (0 if CATALOG[stack].split else per_machine)) or None
     if share:
-        # as the recipe does: a machine's servers split its host memory and disk tier; a server serving engines
-        # on other machines moves their data over the network
-        per_machine = max(1, int(sizing.get("gpus_per_machine") or cluster.get("gpus_per_machine", 1)) // tp)
-        part = min(int(share), per_machine) / per_machine
+        # a machine's servers split its host memory and disk tier; a server serving engines on other machines moves
+        # their data over the network; the server's tiers are its own, whoever's engines use them
+        part = min(share, per_machine) / per_machine
         tiers = tuple(
             t.model_copy(update={
                 "capacity_gb": t.capacity_gb * part,
-                **({"bw_gbps": min(t.bw_gbps, nic_gbytes)} if t.name == "host" and int(share) > per_machine else {}),
+                **({"bw_gbps": min(t.bw_gbps, nic_gbytes)} if t.name == "host" and share > per_machine else {}),
+                **({"store_id": CACHE_SERVER_STORE} if t.name in CACHE_SERVER_TIERS and not t.store_id else {}),
             })
             for t in tiers
         )  # fmt: skip
@@ -133,7 +144,7 @@ def layout_for(workload: dict[str, Any], cluster: dict[str, Any]) -> SimLayout:
         # decode-side offload: only the decode engines keep a host tier (the prefill engines hand every prompt on)
         prefill = config.model_copy(update={"tiers": ()}) if stack == "sglang-pd-decode-offload" else config
         return SimLayout(config, engines, prefill_engines, prefill, nic_gbytes, 1.0, name)
-    return SimLayout(config, engines, engine_name=name, engines_per_cache_server=int(share) if share else None)
+    return SimLayout(config, engines, engine_name=name, engines_per_cache_server=share)
 
 
 def _int(value: object) -> int | None:

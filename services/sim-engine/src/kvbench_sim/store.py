@@ -13,23 +13,29 @@ flow is through; until a store that paces answers (or after it went away), an en
 Chunk hashes are Python hashes of the prompt's words: engines that share a store must hash alike, so the
 launcher starts them with the same ``PYTHONHASHSEED``.
 
-Protocol, JSON over one WebSocket per engine (``/ws``): engine -> store ``{"add": [h...]}`` (stores that
-landed), ``{"touch": [h...]}`` (hits), ``{"flow": [id, bytes]}`` (a transfer to time); store -> engine ``{"add":
-[...]}``, ``{"evict": [...]}``, ``{"through": [[id, monotonic seconds], ...]}`` (flows that passed, and when: the
-processes share a host's monotonic clock). A new engine first gets every stored hash, and ``"pacing": true`` when
-the store times flows.
+A store process may hold several tiers (a simulated LMCache server: its L1 in memory and its disk, shared by the
+engines of its group); each has its own index and link, at ``/ws/TIER`` (the first also at ``/ws``). The index
+remembers which engine stored each chunk, so an engine that loads it knows who computed what it reused.
+
+Protocol, JSON over one WebSocket per engine and tier: engine -> store ``{"add": [h...], "owner": NAME}`` (stores
+that landed, and the engine that made them), ``{"touch": [h...]}`` (hits), ``{"flow": [id, bytes]}`` (a transfer to
+time); store -> engine ``{"add": [...], "owner": NAME}``, ``{"evict": [...]}``, ``{"through": [[id, monotonic
+seconds], ...]}`` (flows that passed, and when: the processes share a host's monotonic clock). A new engine first
+gets every stored hash with ``"owners": {NAME: [h...]}``, and ``"pacing": true`` when the store times flows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +48,7 @@ from kvbench_sim.background import run_while_serving
 from kvbench_sim.records import TierRecords, keep_while_serving
 from kvbench_sim.tiers import Link, Tier, Transfer
 
-__all__ = ["FlowPacer", "SharedIndex", "StoreClient", "StoreLink", "build_store", "main"]
+__all__ = ["FlowPacer", "PoolTier", "SharedIndex", "StoreClient", "StoreLink", "StoreTierPlan", "build_store", "main"]
 
 log = logging.getLogger("kvbench_sim.store")
 
@@ -55,11 +61,12 @@ class SharedIndex:
             raise ValueError("capacity_chunks: the store must hold at least one chunk")
         self.capacity = capacity_chunks
         self.chunks: OrderedDict[int, None] = OrderedDict()
+        self.owners: dict[int, str] = {}  # the engine that stored each chunk (when it said)
         self.evictions = 0
         self.changes = 0  # bumped on every change of the index or its order (what a records file follows)
 
-    def add(self, hashes: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Store ``hashes``; returns (the new ones, the ones evicted to make room)."""
+    def add(self, hashes: Sequence[int], owner: str = "") -> tuple[list[int], list[int]]:
+        """Store ``hashes`` (made by ``owner``); returns (the new ones, the ones evicted to make room)."""
         added: list[int] = []
         evicted: list[int] = []
         for h in hashes:
@@ -68,9 +75,12 @@ class SharedIndex:
                 continue
             while len(self.chunks) >= self.capacity:
                 old, _ = self.chunks.popitem(last=False)
+                self.owners.pop(old, None)
                 evicted.append(old)
                 self.evictions += 1
             self.chunks[h] = None
+            if owner:
+                self.owners[h] = owner
             added.append(h)
         self.changes += 1
         # a hash added and evicted within one call (more new chunks than the capacity) is neither
@@ -89,8 +99,18 @@ class SharedIndex:
     def restore(self, hashes: Sequence[int]) -> int:
         """Hold ``hashes`` (least recently used first; the most recent ones when they exceed the capacity)."""
         self.chunks = OrderedDict.fromkeys(list(hashes)[-self.capacity :])
+        self.owners.clear()  # records files keep the hashes only
         self.changes += 1
         return len(self.chunks)
+
+    def by_owner(self) -> dict[str, list[int]]:
+        """The chunks held, by the engine that stored them (those of no known engine left out)."""
+        out: dict[str, list[int]] = {}
+        for h in self.chunks:
+            owner = self.owners.get(h)
+            if owner:
+                out.setdefault(owner, []).append(h)
+        return out
 
 
 class FlowPacer:
@@ -140,16 +160,27 @@ class FlowPacer:
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
 
-def build_store(index: SharedIndex, pacer: FlowPacer | None = None) -> web.Application:
-    """``pacer``: time engines' flows on the pool's one link (without it, each engine times its own)."""
+@dataclass
+class PoolTier:
+    """One tier a store process holds: its index and, when the store times flows, its link."""
+
+    index: SharedIndex
+    pacer: FlowPacer | None = None  # None: each engine times its own flows
+
+
+def build_store(tiers: Mapping[str, PoolTier]) -> web.Application:
+    """A store of ``tiers`` (name -> tier), each at ``/ws/NAME``; the first also at ``/ws``."""
+    if not tiers:
+        raise ValueError("tiers: a store holds at least one tier")
     registry = CollectorRegistry(auto_describe=True)
-    stored = Gauge("kvbench_sim_store_chunks", "Chunks held", registry=registry)
-    engines = Gauge("kvbench_sim_store_engines", "Engines connected", registry=registry)
-    evictions = Counter("kvbench_sim_store_evictions", "Chunks evicted", registry=registry)
+    stored = Gauge("kvbench_sim_store_chunks", "Chunks held", ["tier"], registry=registry)
+    engines = Gauge("kvbench_sim_store_engines", "Engines connected", ["tier"], registry=registry)
+    evictions = Counter("kvbench_sim_store_evictions", "Chunks evicted", ["tier"], registry=registry)
     moved = Counter("kvbench_sim_store_bytes", "Bytes of engines' loads and stores timed on the store's link",
-                    registry=registry)  # fmt: skip
-    flows = Gauge("kvbench_sim_store_flows", "Engines' transfers in flight on the store's link", registry=registry)
-    peers: set[web.WebSocketResponse] = set()
+                    ["tier"], registry=registry)  # fmt: skip
+    flows = Gauge("kvbench_sim_store_flows", "Engines' transfers in flight on the store's link", ["tier"],
+                  registry=registry)  # fmt: skip
+    peers: dict[str, set[web.WebSocketResponse]] = {name: set() for name in tiers}
     outboxes: dict[web.WebSocketResponse, asyncio.Queue[str]] = {}
 
     def through(owner: object, done: list[list[float]]) -> None:
@@ -157,9 +188,9 @@ def build_store(index: SharedIndex, pacer: FlowPacer | None = None) -> web.Appli
         if outbox is not None:
             outbox.put_nowait(json.dumps({"through": done}))
 
-    async def broadcast(message: dict[str, list[int]]) -> None:
+    async def broadcast(name: str, message: dict[str, Any]) -> None:
         text = json.dumps(message)
-        for peer in list(peers):
+        for peer in list(peers[name]):
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await peer.send_str(text)
 
@@ -169,11 +200,15 @@ def build_store(index: SharedIndex, pacer: FlowPacer | None = None) -> web.Appli
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await socket.send_str(text)
 
-    async def ws(request: web.Request) -> web.WebSocketResponse:
+    async def serve(name: str, request: web.Request) -> web.WebSocketResponse:
+        tier = tiers[name]
+        index, pacer = tier.index, tier.pacer
         socket = web.WebSocketResponse(heartbeat=10, max_msg_size=0)
         await socket.prepare(request)
-        await socket.send_str(json.dumps({"add": list(index.chunks), "pacing": pacer is not None}))
-        peers.add(socket)
+        await socket.send_str(
+            json.dumps({"add": list(index.chunks), "owners": index.by_owner(), "pacing": pacer is not None})
+        )
+        peers[name].add(socket)
         outboxes[socket] = asyncio.Queue()
         sender = asyncio.create_task(send_through(socket, outboxes[socket]))
         try:
@@ -184,43 +219,53 @@ def build_store(index: SharedIndex, pacer: FlowPacer | None = None) -> web.Appli
                 if body.get("flow") and pacer is not None:
                     flow, size = body["flow"]
                     pacer.start(socket, int(flow), float(size))
-                    moved.inc(float(size))
+                    moved.labels(name).inc(float(size))
                 if body.get("touch"):
                     index.touch([int(h) for h in body["touch"]])
                 if body.get("add"):
-                    added, evicted = index.add([int(h) for h in body["add"]])
-                    evictions.inc(len(evicted))
+                    owner = str(body.get("owner") or "")
+                    added, evicted = index.add([int(h) for h in body["add"]], owner)
+                    evictions.labels(name).inc(len(evicted))
                     if evicted:
-                        await broadcast({"evict": evicted})
+                        await broadcast(name, {"evict": evicted})
                     if added:
-                        await broadcast({"add": added})
+                        await broadcast(name, {"add": added, "owner": owner})
         finally:
-            peers.discard(socket)
+            peers[name].discard(socket)
             outboxes.pop(socket, None)
             sender.cancel()
             if pacer is not None:
                 pacer.drop(socket)
         return socket
 
+    async def ws(request: web.Request) -> web.WebSocketResponse:
+        name = request.match_info.get("tier") or next(iter(tiers))
+        if name not in tiers:
+            raise web.HTTPNotFound(text=f"no tier {name!r} here; this store holds {', '.join(tiers)}")
+        return await serve(name, request)
+
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="")
 
     async def metrics(_: web.Request) -> web.Response:
-        stored.set(len(index.chunks))
-        engines.set(len(peers))
-        flows.set(pacer.in_flight if pacer is not None else 0)
+        for name, tier in tiers.items():
+            stored.labels(name).set(len(tier.index.chunks))
+            engines.labels(name).set(len(peers[name]))
+            flows.labels(name).set(tier.pacer.in_flight if tier.pacer is not None else 0)
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def close_peers(_: web.Application) -> None:
         # engines hear the store is going at once (and time their flows themselves), not at the next heartbeat
-        for peer in list(peers):
+        for peer in [p for group in peers.values() for p in group]:
             await peer.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"store stopping")
 
     app = web.Application()
-    app.add_routes([web.get("/ws", ws), web.get("/health", health), web.get("/metrics", metrics)])
+    app.add_routes([web.get("/ws", ws), web.get("/ws/{tier}", ws), web.get("/health", health),
+                    web.get("/metrics", metrics)])  # fmt: skip
     app.on_shutdown.append(close_peers)
-    if pacer is not None:
-        run_while_serving(app, "sim-store-pacer", lambda: pacer.run(through))
+    for name, tier in tiers.items():
+        if tier.pacer is not None:
+            run_while_serving(app, f"sim-store-pacer-{name}", functools.partial(tier.pacer.run, through))
     return app
 
 
@@ -293,14 +338,15 @@ class StoreClient:
     Until the store answers (it may start after the engine), the tier holds only what this engine stored."""
 
     def __init__(self, url: str, tier: Tier, virtual_at: Callable[[float], float] | None = None,
-                 wake: Callable[[], None] | None = None) -> None:  # fmt: skip
+                 wake: Callable[[], None] | None = None, owner: str = "") -> None:  # fmt: skip
         self.url = url
         self.tier = tier
-        self._outbox: asyncio.Queue[dict[str, list[int] | list[float]]] = asyncio.Queue()
+        self._outbox: asyncio.Queue[dict[str, list[int] | list[float] | str]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         tier.capacity_chunks = 1 << 62  # the store evicts, and says so
-        tier.on_commit = lambda hashes: self._outbox.put_nowait({"add": list(hashes)})
+        # ``owner``: this engine's name, kept with what it stores (who computed what another engine reuses)
+        tier.on_commit = lambda hashes: self._outbox.put_nowait({"add": list(hashes), "owner": owner})
         tier.on_touch = lambda hashes: self._outbox.put_nowait({"touch": list(hashes)})
         self.link: StoreLink | None = None
         if virtual_at is not None:
@@ -354,6 +400,8 @@ class StoreClient:
     def _apply(self, body: dict[str, Any], snapshot: bool = False) -> None:
         if snapshot:
             self.tier.mirror(body.get("add") or [], exactly=True)
+            for owner, hashes in (body.get("owners") or {}).items():
+                self.tier.own(hashes, str(owner))
             if self.link is not None and body.get("pacing"):
                 self.link.remote = True
             return
@@ -363,6 +411,8 @@ class StoreClient:
             self.tier.forget(body["evict"])
         if body.get("add"):
             self.tier.mirror(body["add"])
+            if body.get("owner"):
+                self.tier.own(body["add"], str(body["owner"]))
 
 
 def add_parser(sub: Any) -> None:
@@ -398,14 +448,37 @@ def add_parser(sub: Any) -> None:
     )
 
 
+@dataclass(frozen=True)
+class StoreTierPlan:
+    """What a store process holds for one tier: its capacity, its link (None: each engine times its own flows) and,
+    for a file-backed tier, where its records are kept and what must agree for them to be used."""
+
+    name: str
+    capacity_chunks: int
+    bandwidth_gbps: float | None = None
+    records_dir: str | None = None
+    records_signature: Mapping[str, object] | None = None
+
+
 def main(args: Any) -> None:
-    index = SharedIndex(args.capacity_chunks)
-    pacer = FlowPacer(args.bandwidth_gbps * 1e9, args.speed) if args.bandwidth_gbps else None
-    log.info("shared store: %d chunks; link %s", index.capacity,
-             f"{args.bandwidth_gbps:g} GB/s shared by every engine" if pacer else "timed by each engine")  # fmt: skip
-    app = build_store(index, pacer)
-    if args.records_dir:
-        records = TierRecords(Path(args.records_dir), index, json.loads(args.records_signature))
-        log.info("shared store: %d records found in %s", records.restore(), records.path)
-        keep_while_serving(app, [records])
+    plans: list[StoreTierPlan] = getattr(args, "tier_plans", None) or []
+    if not plans:  # one tier from the flags: a pool's shared store
+        signature = json.loads(args.records_signature)
+        plans = [StoreTierPlan("shared", args.capacity_chunks, args.bandwidth_gbps, args.records_dir, signature)]
+    tiers: dict[str, PoolTier] = {}
+    kept: list[TierRecords] = []
+    for plan in plans:
+        index = SharedIndex(plan.capacity_chunks)
+        pacer = FlowPacer(plan.bandwidth_gbps * 1e9, args.speed) if plan.bandwidth_gbps else None
+        label = "shared store" if plan.name == "shared" else f"shared store {plan.name}"
+        link = f"{plan.bandwidth_gbps:g} GB/s shared by every engine" if pacer else "timed by each engine"
+        log.info("%s: %d chunks; link %s", label, index.capacity, link)
+        if plan.records_dir:
+            records = TierRecords(Path(plan.records_dir), index, plan.records_signature or {})
+            log.info("%s: %d records found in %s", label, records.restore(), records.path)
+            kept.append(records)
+        tiers[plan.name] = PoolTier(index, pacer)
+    app = build_store(tiers)
+    if kept:
+        keep_while_serving(app, kept)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=1.0)

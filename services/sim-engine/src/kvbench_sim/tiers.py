@@ -140,13 +140,21 @@ class Tier:
         self.changes += 1
         if exactly:
             self._chunks = OrderedDict.fromkeys(chunk_hashes)
+            self._owner.clear()
             return
         for h in chunk_hashes:
             self._chunks[h] = None
 
+    def own(self, chunk_hashes: Sequence[int], owner: str) -> None:
+        """The shared store says which engine stored these chunks."""
+        for h in chunk_hashes:
+            if h in self._chunks:
+                self._owner[h] = owner
+
     def forget(self, chunk_hashes: Sequence[int]) -> None:
         """Chunks the shared store evicted."""
         for h in chunk_hashes:
+            self._owner.pop(h, None)
             if self._chunks.pop(h, 0) is None:
                 self.evictions += 1
         self.changes += 1

@@ -28,6 +28,7 @@ from kvbench_node_agent.launchers.base import (
 from kvbench_node_agent.launchers.process import launch_process
 from kvbench_stacks.catalog import CATALOG, SIMULATED_STACKS
 from kvbench_stacks.recipes.model import Role
+from kvbench_stacks.recipes.servers import group_engines
 from kvbench_stacks.recipes.sim import SimVerb, simulated_process
 from kvbench_stacks.topology import SimEngineCounts, sim_engine_counts
 
@@ -77,6 +78,11 @@ def records_dir(state_dir: Path, command: StartStack, owner: str, path: str | No
     within the run (cache_state: empty, a lost engine) finds what it stored, as LMCache finds its disk records."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", (path or "default").strip("/")) or "default"
     return state_dir / "sim-records" / command.run_id / owner / slug
+
+
+class _CacheServer(NamedTuple):
+    url: str  # ws://HOST:PORT
+    here: bool  # it runs on this machine
 
 
 class SplitSlot(NamedTuple):
@@ -145,8 +151,14 @@ class SimLauncher:
         if stack.has_disk_tier(workload.kv_tier, workload.sizing.disk_tier_gb):
             disk = records_dir(self._state_dir, command, self._node_id, workload.sizing.disk_tier_path)
             deployment.facts["disk_records"] = str(disk)
+        server = await self._cache_server(deployment, command, disk)
         spec = sim_engine_spec(command, port, shared_store_url=store_url, records_dir=str(disk) if disk else None,
                                host=self._host, own=self._own_cluster)  # fmt: skip
+        spec = spec.model_copy(update={
+            "engine_id": self._endpoint("engine0", "both", port).engine_id,
+            "cache_server_url": server.url if server else None,
+            "cache_server_here": server.here if server else True,
+        })  # fmt: skip
         argv = await self._engine(deployment, command, spec, "engine0", "both")
         deployment.facts["engine_argv"] = " ".join(argv[1:])
         return deployment
@@ -175,6 +187,41 @@ class SimLauncher:
             raise LaunchError(f"the shared store could not listen on port {port}: {exc}") from None
         deployment.facts["shared_store"] = f"{store}, {_store_size(deployment.processes[-1].log_path)}port {port}"
         return url
+
+    async def _cache_server(
+        self, deployment: Deployment, command: StartStack, disk: Path | None
+    ) -> _CacheServer | None:
+        """LMCache stacks whose engines share servers (``sizing.engines_per_cache_server`` above one): grouped as the
+        recipe groups them, the machine of a group's first engine starts the group's simulated LMCache server (its L1
+        and disk tiers, their capacity and links) and every engine of the group connects to it. A simulated machine
+        runs one engine, so by default (a server per machine) each engine keeps its server's tiers itself."""
+        per = command.sizing.engines_per_cache_server
+        if not CATALOG[command.stack].lmcache_server or not per or per <= 1:
+            return None
+        names = [p.name for p in command.pool] or [self._node_id]
+        mine = names.index(self._node_id) if self._node_id in names else 0
+        servers = group_engines([(m, 0) for m in range(len(names))], len(names), per)
+        number, server = next((k, s) for k, s in enumerate(servers) if (mine, 0) in s.engines)
+        port = store_port(command) + 1 + number  # the same on every machine: each agent works it out alike
+        remote = self._host != "127.0.0.1"
+        host = command.pool[server.machine].host if remote and command.pool else "127.0.0.1"
+        shared = _CacheServer(f"ws://{host}:{port}", server.machine == mine)
+        if not shared.here:
+            deployment.facts["cache_server"] = f"shared, on {names[server.machine]} port {port}"
+            return shared
+        workload, cluster = sim_workload(command, self._own_cluster)
+        kept = disk / f"cache-server-{number}" if disk else None
+        spec = SimStoreSpec(host=self._host, port=port, workload=workload, cluster=cluster,
+                            records_dir=str(kept) if kept else None, cache_server=number)  # fmt: skip
+        try:
+            await self._process(deployment, command, f"lmcache-{number}", "store", spec)
+        except LaunchError as exc:
+            raise LaunchError(f"the simulated LMCache server could not listen on port {port}: {exc}") from None
+        users = ", ".join(names[m] for m, _ in server.engines)
+        deployment.facts["cache_server"] = f"LMCache server {number} (simulated) here, port {port}, for {users}"
+        if kept:
+            deployment.facts["disk_records"] = str(kept)
+        return shared
 
     async def _start_split(self, command: StartStack) -> Deployment:
         """P/D, placed as the plan says: the pool's engines are laid out in order, prefill first, over its machines
