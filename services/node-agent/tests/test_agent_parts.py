@@ -14,6 +14,7 @@ from kvbench_node_agent.preflight import check_binaries, check_model, check_port
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_stacks.catalog import CATALOG
 from kvbench_stacks.recipes import EngineSettings, PoolMachine, ProcessSpec, RenderContext, render
+from kvbench_stacks.recipes.model import Role
 
 METRICS = Path(__file__).parent / "metrics"
 
@@ -246,6 +247,33 @@ async def test_process_launcher_starts_health_checks_and_stops_a_bare_engine(tmp
     finally:
         await launcher.stop(deployment)
     assert not pid_alive(pid)
+
+
+async def test_the_engines_restart_alone_and_the_cache_server_keeps_running(tmp_path: Path) -> None:
+    """The acceptance test's reset step for an engine with no reset route: the engine process is stopped and
+    started again as it was (a new pid, healthy), the cache server beside it is not touched."""
+
+    def serving(name: str, role: Role) -> ProcessSpec:
+        port = free_port()
+        argv = [sys.executable, "-m", "kvbench_sim", "serve", "--port", str(port), "--gpu", "H100"]
+        return ProcessSpec(name=name, role=role, health=("http", port, "/health"), binary=sys.executable,
+                           ports={"http": port}, argv=argv)  # fmt: skip
+
+    launcher = ProcessLauncher("process", "n0", "127.0.0.1", tmp_path, health_timeout_s=60)
+    deployment = await launcher.start_specs("dep3", "R", "vllm-lmcache-mp",
+                                            [serving("lmcache", "lmcache"), serving("engine-0", "engine")])  # fmt: skip
+    server, engine = (p.proc.pid for p in deployment.processes)
+    try:
+        restarted, kept = await deployment.restart_engines()
+        assert (restarted, kept) == (["engine-0"], ["lmcache"])
+        assert deployment.processes[0].proc.pid == server  # the cache server still runs, the same process
+        assert pid_alive(server)
+        assert not pid_alive(engine)
+        assert deployment.processes[1].proc.pid != engine  # a new engine, healthy when restart_engines returned
+        assert pid_alive(deployment.processes[1].proc.pid)
+    finally:
+        await launcher.stop(deployment)
+    assert not any(pid_alive(p.proc.pid) for p in deployment.processes)
 
 
 async def test_a_process_that_dies_at_start_is_a_clear_failure(tmp_path: Path) -> None:

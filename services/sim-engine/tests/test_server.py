@@ -115,6 +115,33 @@ async def test_sglang_mode_scrapes_like_sglang_and_a_host_tier_shows_in_the_vllm
         await client.close()
 
 
+async def test_each_engine_empties_its_prefix_cache_through_its_own_route() -> None:
+    """vLLM's POST /reset_prefix_cache keeps the host tier; SGLang's POST /flush_cache empties HiCache's host pool
+    with the radix tree; a TensorRT-LLM server has no such route (the acceptance test restarts it instead)."""
+    from kvbench_sim.profiles import EngineConfig, TierConfig  # noqa: PLC0415
+
+    prompt = " ".join(f"t{i}" for i in range(300))
+    host = TierConfig(name="host", capacity_gb=10, bw_gbps=25, lat_ms=0.05)
+    for flavor, route, host_kept in (("vllm", "/reset_prefix_cache", True), ("sglang", "/flush_cache", False),
+                                     ("trtllm", None, True)):  # fmt: skip
+        engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=(host,))), seed=0)
+        client = TestClient(TestServer(build_app(PacedEngine(engine, speed=50.0), "Qwen/Qwen3-8B", flavor=flavor)))
+        await client.start_server()
+        try:
+            await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
+            for other in ("/reset_prefix_cache", "/flush_cache"):
+                if other != route:
+                    assert (await client.post(other)).status in (404, 405), (flavor, other)
+            if route is None:
+                continue
+            assert (await client.post(route)).status == 200
+            events = await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
+            cached = events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert cached == (288 if host_kept else 0), flavor  # from the host tier, or recomputed
+        finally:
+            await client.close()
+
+
 async def test_a_hundred_concurrent_streams_each_get_every_token_in_order_and_done() -> None:
     """Bursts of 64 tokens or more are written from two threads straight to the sockets: every stream still gets
     its tokens whole, in order, then the usage and [DONE], and the timing of every token is counted."""

@@ -10,7 +10,7 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_contracts.plan import EngineSpec, NetworkSpec, SimCluster, Sizing, Traffic
 
-__all__ = ["PoolMachine", "RunLoad", "StartStack", "StopStack"]
+__all__ = ["PoolMachine", "RestartEngines", "RunLoad", "StartStack", "StopStack"]
 
 
 class PoolMachine(BaseModel):
@@ -53,6 +53,17 @@ class StopStack(Envelope):
     deployment_id: str
 
 
+class RestartEngines(Envelope):
+    """Restart a deployment's engine processes alone, keeping its cache servers and stores (the acceptance test's
+    reset step, for an engine with no call that empties its prefix cache)."""
+
+    SCHEMA: ClassVar[str] = "kvbench.cmd.node.restart_engines/1"
+    SUBJECT: ClassVar[str] = "kvbench.cmd.node.{node_id}.restart_engines"
+    node_id: str
+    run_id: str
+    deployment_id: str
+
+
 class RunLoad(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.cmd.loadgen.run/1"
     SUBJECT: ClassVar[str] = "kvbench.cmd.loadgen.run"
@@ -83,6 +94,12 @@ class RunLoad(Envelope):
     )
     reset_prefix_cache: bool = Field(
         False,
-        description="Before the load, empty each engine's local prefix cache (POST /reset_prefix_cache, external "
-        "records kept): the acceptance test's reset phase",
+        description="Before the load, empty each engine's local prefix cache (POST reset_route, external records "
+        "kept): the acceptance test's reset phase",
+    )
+    reset_route: str = Field(
+        "/reset_prefix_cache",
+        pattern=r"^/[a-z_]+$",
+        description="The engine's own route that empties its prefix cache (vLLM /reset_prefix_cache, SGLang "
+        "/flush_cache)",
     )

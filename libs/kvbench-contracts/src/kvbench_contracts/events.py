@@ -26,6 +26,7 @@ __all__ = [
     "ClientTiming",
     "EngineEndpoint",
     "EngineSampled",
+    "EnginesRestarted",
     "JobFailed",
     "JobFinished",
     "JobProgressed",
@@ -135,6 +136,20 @@ class StackStopped(Envelope):
     node_id: str
 
 
+class EnginesRestarted(Envelope):
+    """A deployment's engines were restarted alone (RestartEngines), or could not be: ``error`` says why."""
+
+    SCHEMA: ClassVar[str] = "kvbench.stack.engines_restarted/1"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.engines_restarted"
+    deployment_id: str
+    run_id: str
+    node_id: str
+    engines: list[str] = Field(default_factory=list, description="The processes restarted, by name")
+    kept: list[str] = Field(default_factory=list, description="The deployment's other processes, left running")
+    took_s: float = Field(0.0, ge=0, description="From the first stop to the last engine healthy, s (monotonic)")
+    error: str | None = Field(None, description="Why the engines could not be restarted (None: they were)")
+
+
 class RunSubmitted(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.run.submitted/1"
     SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.submitted"
@@ -234,7 +249,7 @@ class JobFinished(Envelope):
     prefix_cache_reset: dict[str, int] = Field(
         default_factory=dict,
         description="Engines whose local prefix cache it emptied before the load (RunLoad.reset_prefix_cache): "
-        "engine id -> HTTP status of POST /reset_prefix_cache (0: no answer)",
+        "engine id -> HTTP status of the engine's reset route (RunLoad.reset_route; 0: no answer)",
     )
     answers: dict[str, str] = Field(
         default_factory=dict,

@@ -9,9 +9,24 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CATALOG", "ORCHESTRATOR_LOCKS", "SIMULATED_STACKS", "SharedStore", "StackSpec", "get_stack"]
+__all__ = [
+    "CATALOG",
+    "LOCAL_CACHE_RESET",
+    "ORCHESTRATOR_LOCKS",
+    "SIMULATED_STACKS",
+    "SharedStore",
+    "StackSpec",
+    "get_stack",
+]
 
 SharedStore = Literal["valkey", "mooncake", "mori", "shared-fs"]
+
+# how each engine empties its own prefix cache while it runs, keeping what a KV connector holds outside it (the
+# acceptance test's reset step): vLLM's POST /reset_prefix_cache (served with VLLM_SERVER_DEV_MODE=1; external records
+# stay unless reset_external=true), SGLang's POST /flush_cache (python/sglang/srt/mem_cache/flush_cache.py; with
+# HiCache it empties the host tier too, which the reloaded pass then shows). trtllm-serve serves no such route (its
+# endpoints: the OpenAI ones, /health, /metrics, /version): its engines are restarted alone, the cache servers kept
+LOCAL_CACHE_RESET: dict[str, str | None] = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache", "trtllm": None}
 
 
 class StackSpec(BaseModel):
@@ -60,6 +75,11 @@ class StackSpec(BaseModel):
         if self.engine == "vllm" and self.strategy == "spill" and not self.lmcache_server and not self.disk_tier:
             return "host"
         return None
+
+    @property
+    def local_cache_reset(self) -> str | None:
+        """The engine's route that empties its prefix cache while it runs (None: only restarting it does)."""
+        return LOCAL_CACHE_RESET.get(self.engine)
 
     def has_disk_tier(self, kv_tier: str, disk_tier_gb: float | None) -> bool:
         """Whether the engines keep a local disk tier for this plan: the stack offers one and the plan asks for it."""

@@ -118,7 +118,7 @@ class JobRunner:
             time_scale=cmd.time_scale,
             keep_answers=cmd.keep_answers,
         )
-        reset = await reset_prefix_caches(cmd.endpoints) if cmd.reset_prefix_cache else {}
+        reset = await reset_prefix_caches(cmd.endpoints, cmd.reset_route) if cmd.reset_prefix_cache else {}
         driver = Driver(config, source, Router(cmd.endpoints, cmd.routing), sink.add)
         await self._bus.publish(JobStarted(job_id=cmd.job_id, run_id=cmd.run_id, workload=cmd.workload, shard=shard))
         log.info(
@@ -153,7 +153,7 @@ class JobRunner:
         lags = sorted(result.replay_lags_s)
         notes = list(source.notes)
         if cmd.reset_prefix_cache:
-            notes.append(reset_note(reset))
+            notes.append(reset_note(reset, cmd.reset_route))
         if result.abandoned:
             notes.append(
                 "some requests still in flight at the end of the drain time did not answer cancellation and were "

@@ -14,9 +14,16 @@ import aiohttp
 import nats.js.errors
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from kvbench_contracts.commands import StartStack, StopStack
+from kvbench_contracts.commands import RestartEngines, StartStack, StopStack
 from kvbench_contracts.envelope import Envelope
-from kvbench_contracts.events import EngineSampled, NodeRegistered, StackFailed, StackReady, StackStopped
+from kvbench_contracts.events import (
+    EngineSampled,
+    EnginesRestarted,
+    NodeRegistered,
+    StackFailed,
+    StackReady,
+    StackStopped,
+)
 from kvbench_contracts.fabric import NicSampled
 from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.plan import SimCluster
@@ -63,6 +70,7 @@ class NodeAgent:
         self.deployments: dict[str, Deployment] = {}
         self._scrapers: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
+        self._restarts: dict[str, EnginesRestarted] = {}  # RestartEngines handled: command id -> the answer
         self.m_deployments = Gauge(
             metric_name("node_agent", "deployments", "count"), "Running deployments", registry=registry
         )
@@ -99,6 +107,38 @@ class NodeAgent:
                 await self._start(command)
             elif isinstance(command, StopStack):
                 await self._stop(command.deployment_id, command.run_id)
+            elif isinstance(command, RestartEngines):
+                await self._restart_engines(command)
+
+    async def _restart_engines(self, command: RestartEngines) -> None:
+        """The engines of a deployment restarted alone, its cache servers and stores kept (a redelivered command is
+        answered again with what was done, not done twice)."""
+        ids = {"run_id": command.run_id, "deployment_id": command.deployment_id, "node_id": self.node_id}
+        done = self._restarts.get(command.event_id)
+        if done is not None:
+            await self.bus.publish(done)
+            return
+        deployment = self.deployments.get(command.deployment_id)
+        answer = EnginesRestarted(deployment_id=command.deployment_id, run_id=command.run_id, node_id=self.node_id)
+        if deployment is None:
+            answer = answer.model_copy(update={"error": f"{self.node_id} runs no deployment {command.deployment_id}"})
+        else:
+            log.info("restarting the engines alone", extra=ids)
+            started = time.monotonic()
+            try:
+                engines, kept = await deployment.restart_engines()
+            except LaunchError as exc:
+                answer = answer.model_copy(update={"error": f"{self.node_id}: {exc}"})
+            else:
+                answer = answer.model_copy(
+                    update={"engines": engines, "kept": kept, "took_s": time.monotonic() - started}
+                )
+        if answer.error:
+            log.error("engines not restarted", extra={**ids, "reason": answer.error[:500]})
+        else:
+            log.info("engines restarted", extra={**ids, "engines": answer.engines, "took_s": round(answer.took_s, 2)})
+        self._restarts[command.event_id] = answer
+        await self.bus.publish(answer)
 
     async def _start(self, command: StartStack) -> None:
         ids = {"run_id": command.run_id, "deployment_id": command.deployment_id, "node_id": self.node_id}
@@ -306,7 +346,7 @@ async def run(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
         await agent.register()
         heartbeat = asyncio.create_task(agent.heartbeat_loop(stop))
         bus.subscribe(
-            [StartStack, StopStack],
+            [StartStack, StopStack, RestartEngines],
             agent.handle,
             durable=f"node-agent-{settings.node_id}",
             filter_subject=f"kvbench.cmd.node.{settings.node_id}.>",

@@ -17,10 +17,11 @@ from typing import Any
 
 import nats.js.errors
 
-from kvbench_contracts.commands import PoolMachine, RunLoad, StartStack, StopStack
+from kvbench_contracts.commands import PoolMachine, RestartEngines, RunLoad, StartStack, StopStack
 from kvbench_contracts.envelope import Envelope, new_id, utc_now
 from kvbench_contracts.events import (
     EngineEndpoint,
+    EnginesRestarted,
     JobFailed,
     JobFinished,
     JobProgressed,
@@ -40,12 +41,14 @@ from kvbench_planner.cluster import Machine
 from kvbench_planner.registry import Registry
 from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.state import JobState, RunState, expand_jobs
+from kvbench_stacks.catalog import get_stack
 
 __all__ = ["CONTROL_EVENTS", "Conductor", "RunFailedError", "sim_cluster"]
 
 log = logging.getLogger(__name__)
 
 CONTROL_EVENTS: tuple[type[Envelope], ...] = (
+    EnginesRestarted,
     StackReady,
     StackFailed,
     StackStopped,
@@ -165,6 +168,8 @@ class Conductor:
             key = f"stack:{event.deployment_id}"
         elif isinstance(event, StackStopped):
             key = f"stopped:{event.deployment_id}"
+        elif isinstance(event, EnginesRestarted):
+            key = f"restarted:{event.deployment_id}"
         elif isinstance(event, JobFinished | JobFailed):
             key = f"job:{event.job_id}#{event.shard_index}"
         elif isinstance(event, JobProgressed):
@@ -426,6 +431,31 @@ class Conductor:
             )
         return list(deployments.values()), endpoints
 
+    async def _restart_engines(self, state: RunState, workload: Workload, pairs: list[tuple[str, str]]) -> None:
+        """Restart every engine of the stack alone, its cache servers and stores kept: how an engine with no call
+        that empties its prefix cache (TensorRT-LLM) starts the acceptance test's reset phase."""
+        waits = {dep: self._expect(f"restarted:{dep}") for _, dep in pairs}
+        for node_id, dep in pairs:
+            await self.bus.publish(RestartEngines(node_id=node_id, run_id=state.run_id, deployment_id=dep))
+        failures: list[str] = []
+        for dep, future in waits.items():
+            try:
+                event = await self._await(f"restarted:{dep}", future, self.settings.stack_ready_timeout_s)
+            except TimeoutError:
+                failures.append(f"{dep}: its engines were not healthy again within "
+                                f"{self.settings.stack_ready_timeout_s:.0f} s")  # fmt: skip
+                continue
+            if isinstance(event, EnginesRestarted) and event.error:
+                failures.append(event.error)
+        if failures:
+            raise RunFailedError(
+                "engine_restart_failed",
+                f"The {workload.stack} stack's engines could not be restarted alone to empty their prefix caches "
+                "(the engine has no call that does it): " + "; ".join(failures),
+                "Read the engine log named in the message; the acceptance test needs the engines to restart alone.",
+            )
+        log.info("engines restarted alone", extra={"run_id": state.run_id, "workload": workload.name})
+
     async def _stop_stacks(
         self, state: RunState, deployments: dict[str, str] | list[tuple[str, str]], wait: bool = True
     ) -> None:
@@ -550,6 +580,8 @@ class Conductor:
                     pairs = list(zip(node_ids, deps, strict=True))
                     running.update(pairs)
                 started += 1
+                if workload.acceptance_phase(job.repeat) == "reset" and _reset_route(workload) is None:
+                    await self._restart_engines(state, workload, pairs)
                 if workload.measurement.acceptance:  # a scrape between phases: each one's counters its own
                     await asyncio.sleep(self.settings.acceptance_settle_s)
                 await self._run_job(state, workload, job, endpoints, watcher)
@@ -608,7 +640,9 @@ class Conductor:
                         shards=shards,
                         working_set_ratio=workload.measurement.working_set_ratio,
                         time_scale=speed,
-                        reset_prefix_cache=workload.acceptance_phase(job.repeat) == "reset",
+                        reset_prefix_cache=workload.acceptance_phase(job.repeat) == "reset"
+                        and _reset_route(workload) is not None,
+                        reset_route=_reset_route(workload) or "/reset_prefix_cache",
                         keep_answers=workload.measurement.acceptance,
                     )
                 )
@@ -658,3 +692,9 @@ class Conductor:
             else:
                 job.status, job.progress = "succeeded", 1.0
         await self.save(state)
+
+
+def _reset_route(workload: Workload) -> str | None:
+    """The route that empties the stack's engines' prefix caches while they run (None: only restarting them does)."""
+    stack = get_stack(workload.stack)
+    return stack.local_cache_reset if stack is not None else "/reset_prefix_cache"

@@ -53,6 +53,30 @@ def _pass(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _reset_step(answers: dict[str, int], restarts: list[dict[str, Any]], kept: str) -> dict[str, Any]:
+    """Step 4: the engines' own reset route answered on every engine, or (an engine with none) every engine was
+    restarted alone while the cache servers and stores kept running."""
+    name = "the engines' local prefix cache was emptied, the external records kept"
+    if restarts:
+        failed = [str(r["error"]) for r in restarts if r.get("error")]
+        done = "; ".join(
+            f"{r.get('node_id')}: restarted {', '.join(r.get('engines') or [])} alone in "
+            f"{float(r.get('took_s') or 0):.1f} s, kept {', '.join(r.get('kept') or []) or 'nothing else'}"
+            for r in restarts
+            if not r.get("error")
+        )
+        why = "the engines could not be restarted alone: " + "; ".join(failed) if failed else ""
+        return _step(4, name, not failed, (done or "no engine restarted") + kept, why)
+    emptied = bool(answers) and all(200 <= s < 300 for s in answers.values())
+    return _step(
+        4, name, emptied,
+        ", ".join(f"{e}: HTTP {s}" if s else f"{e}: no answer" for e, s in sorted(answers.items())) + kept
+        or "no engine was asked",
+        "" if emptied else "the engine's reset route did not succeed on every engine (vLLM serves POST "
+        "/reset_prefix_cache only when started with VLLM_SERVER_DEV_MODE=1)",
+    )  # fmt: skip
+
+
 def _step(number: int, name: str, ok: bool | None, evidence: str, reason: str = "") -> dict[str, Any]:
     status = "passed" if ok else "not applicable" if ok is None else "failed"
     return {"step": number, "name": name, "status": status, "evidence": evidence, "reason": reason}
@@ -63,10 +87,12 @@ def acceptance(
     resets: dict[str, dict[str, int]],
     model: str | None,
     answer_digests: dict[str, dict[str, str]] | None = None,
+    engine_restarts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The acceptance test of ``workload`` (the report's workload entry, its jobs in phase order);
-    ``resets``: for each job, what each engine answered to POST /reset_prefix_cache; ``answer_digests``: for each job, a
-    digest of each answer by its place in the schedule (the same requests in every phase)."""
+    ``resets``: for each job, what each engine answered to its reset route; ``answer_digests``: for each job, a
+    digest of each answer by its place in the schedule (the same requests in every phase); ``engine_restarts``: the
+    workload's EnginesRestarted events (an engine with no reset route is restarted alone instead)."""
     jobs = {ACCEPTANCE_PHASES[j["repeat"]]: j for j in workload["jobs"] if 0 <= j["repeat"] < len(ACCEPTANCE_PHASES)}
     missing = [p for p in ACCEPTANCE_PHASES if p not in jobs or jobs[p].get("status") != "succeeded"]
     passes = {phase: _pass(job) for phase, job in jobs.items()}
@@ -113,20 +139,11 @@ def acceptance(
     ))  # fmt: skip
 
     reset_job = jobs.get("reset")
-    answers = resets.get(str((reset_job or {}).get("job_id")), {})
-    emptied = bool(answers) and all(200 <= s < 300 for s in answers.values())
     kept = ""
     reset_disk = (reset_job or {}).get("disk_tier") or {}
     if reset_disk and disk:
         kept = f"; the disk tier still held {reset_disk['records_before']:,.0f} records when it began"
-    steps.append(_step(
-        4, "the engines' local prefix cache was emptied, the external records kept",
-        emptied,
-        ", ".join(f"{e}: HTTP {s}" if s else f"{e}: no answer" for e, s in sorted(answers.items())) + kept
-        or "no engine was asked",
-        "" if emptied else "POST /reset_prefix_cache did not succeed on every engine (vLLM serves it only when "
-        "started with VLLM_SERVER_DEV_MODE=1; an engine without it needs restarting alone)",
-    ))  # fmt: skip
+    steps.append(_reset_step(resets.get(str((reset_job or {}).get("job_id")), {}), engine_restarts or [], kept))
 
     reloaded = passes.get("reset", {})
     external = sum(reloaded.get("tokens", {}).get(k, 0) for k in EXTERNAL_SOURCES)

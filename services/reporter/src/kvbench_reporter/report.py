@@ -21,7 +21,7 @@ import numpy as np
 
 from kvbench_contracts.engine import NORMALIZED_COUNTERS, PROMPT_TOKEN_SOURCES
 from kvbench_contracts.envelope import utc_now
-from kvbench_contracts.events import ClientTiming, JobFinished, StackReady
+from kvbench_contracts.events import ClientTiming, EnginesRestarted, JobFinished, StackReady
 from kvbench_core.analysis import DEFINITIONS, Slo, distributions, figures, select_measured
 from kvbench_core.columns import Columns
 from kvbench_core.compare import COMPARE_DEFINITION, choose_baseline, compare_to_baseline
@@ -740,11 +740,14 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             payload = _json(e["payload"]) or {}
             resets[str(payload.get("job_id"))].update(payload.get("prefix_cache_reset") or {})
             answers[str(payload.get("job_id"))].update(payload.get("answers") or {})
+    restarted = [_json(e["payload"]) or {} for e in run_events if e["schema"] == EnginesRestarted.SCHEMA]
     for workload in workloads_out:
         workload["stacks"] = stacks_started(run_events, workload["name"])
         spec = specs.get(workload["name"], {})
         if (spec.get("measurement") or {}).get("acceptance"):
-            workload["acceptance"] = acceptance(workload, resets, spec.get("model"), answers)
+            mine = {st.get("deployment_id") for st in workload["stacks"]}
+            restarts = [r for r in restarted if r.get("deployment_id") in mine]
+            workload["acceptance"] = acceptance(workload, resets, spec.get("model"), answers, restarts)
     events = [
         {
             "at": e["occurred_at"].isoformat(),

@@ -25,6 +25,7 @@ from kvbench_sim.engine import Engine, SimRequest, TokenEvent
 from kvbench_sim.metrics import SglangMetrics, VllmMetrics
 from kvbench_sim.text import chat_to_prompt, output_words, tokenize
 from kvbench_sim.tiers import Link, Transfer
+from kvbench_stacks.catalog import LOCAL_CACHE_RESET
 
 __all__ = ["PacedEngine", "build_app"]
 
@@ -373,6 +374,12 @@ def build_app(
 
     async def reset_prefix_cache(_: web.Request) -> web.Response:
         dropped = paced.engine.pool.reset()
+        if flavor == "sglang":
+            # SGLang's /flush_cache resets HiCache's host pool with the radix tree (HiRadixCache.reset); a storage
+            # backend (its L3: Mooncake, files) keeps what it holds
+            for tier in paced.engine.tiers:
+                if tier.name == "host" and not tier.config.store_id:
+                    tier.clear()
         return web.json_response({"dropped_blocks": dropped})
 
     async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -532,11 +539,14 @@ def build_app(
             web.get("/health", health),
             web.get("/v1/models", models),
             web.get("/metrics", metrics_endpoint),
-            web.post("/reset_prefix_cache", reset_prefix_cache),
             web.post("/v1/completions", completions),
             web.post("/v1/chat/completions", chat_completions),
         ]
     )
+
+    reset_route = LOCAL_CACHE_RESET.get(flavor, "/reset_prefix_cache")
+    if reset_route:  # the engine's own route (a TensorRT-LLM server has none)
+        app.add_routes([web.post(reset_route, reset_prefix_cache)])
 
     async def on_startup(_: web.Application) -> None:
         paced.start()

@@ -4,6 +4,7 @@ import asyncio
 import re
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,8 +15,9 @@ from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_core.procs import stop_pid
 
-__all__ = ["Deployment", "LaunchError", "Launcher", "ManagedProcess", "read_block_size", "wait_healthy"]
+__all__ = ["ENGINE_ROLES", "Deployment", "LaunchError", "Launcher", "ManagedProcess", "read_block_size", "wait_healthy"]
 
+ENGINE_ROLES = ("engine", "prefill", "decode")
 _BLOCK_SIZE_LINE = re.compile(r"Setting attention block size to (\d+) tokens")
 
 
@@ -29,6 +31,13 @@ class ManagedProcess:
     proc: subprocess.Popen[bytes]
     log_path: Path
     container: str | None = None  # docker launcher: the container to stop; proc follows its logs
+    role: str = ""  # the recipe's role: engine, prefill, decode, router, store, lmcache, ...
+    # start it again as it was started, healthy when it returns (None: it cannot be restarted alone)
+    relaunch: Callable[[], Awaitable[ManagedProcess]] | None = None
+
+    @property
+    def is_engine(self) -> bool:
+        return self.role in ENGINE_ROLES
 
     def stop(self) -> None:
         if self.container:
@@ -54,6 +63,20 @@ class Deployment:
         # reverse start order: routers before engines before stores
         for process in reversed(self.processes):
             process.stop()
+
+    async def restart_engines(self) -> tuple[list[str], list[str]]:
+        """Stop each engine process and start it again as it was, healthy before the next (cache servers, stores
+        and routers keep running); returns (restarted, kept). Raises LaunchError when one cannot be restarted."""
+        engines = [p for p in self.processes if p.is_engine]
+        if not engines:
+            raise LaunchError(f"deployment {self.deployment_id} runs no engine process to restart")
+        if any(p.relaunch is None for p in engines):
+            raise LaunchError(f"deployment {self.deployment_id}: its launcher cannot restart an engine alone")
+        for index, process in enumerate(self.processes):
+            if process.is_engine and process.relaunch is not None:
+                await asyncio.to_thread(process.stop)
+                self.processes[index] = await process.relaunch()
+        return [p.name for p in engines], [p.name for p in self.processes if not p.is_engine]
 
 
 class Launcher(Protocol):

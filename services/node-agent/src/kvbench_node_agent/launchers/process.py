@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import subprocess
 import time
@@ -76,7 +77,9 @@ async def launch_process(
     a process that exits or never answers raises LaunchError with its log's end. The caller keeps the process, to
     stop it with the rest of its deployment."""
     argv, env = materialize(spec, run_dir)
-    process = ManagedProcess(spec.name, spawn(argv, log_path, {**os.environ, **env, **(extra_env or {})}), log_path)
+    process = ManagedProcess(spec.name, spawn(argv, log_path, {**os.environ, **env, **(extra_env or {})}), log_path,
+                             role=spec.role)  # fmt: skip
+    process.relaunch = functools.partial(launch_process, spec, run_dir, log_path, timeout_s, extra_env, host)
     try:
         kind, port, path = spec.health
         if kind == "http":
@@ -119,13 +122,10 @@ class ProcessLauncher:
                     await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, timeout=600)
                     logs = ["docker", "logs", "-f", container]
                     proc = spawn(logs, log_path, tie_to_parent=True)
-                    process = ManagedProcess(spec.name, proc, log_path, container=container)
+                    process = ManagedProcess(spec.name, proc, log_path, container=container, role=spec.role)
+                    process.relaunch = functools.partial(self._rerun_container, spec, argv, container, log_path)
                     deployment.processes.append(process)
-                    kind, port, path = spec.health
-                    if kind == "http":
-                        await wait_healthy(f"http://127.0.0.1:{port}{path}", process, self._health_timeout_s)
-                    else:
-                        await wait_tcp(port, process, self._health_timeout_s)
+                    await self._wait(spec, process)
                 else:
                     process = await launch_process(spec, run_dir, log_path, self._health_timeout_s, secrets_env)
                     deployment.processes.append(process)
@@ -153,6 +153,26 @@ class ProcessLauncher:
             deployment.stop()
             raise LaunchError(f"{self._node_id}: {exc}") from exc
         return deployment
+
+    async def _wait(self, spec: ProcessSpec, process: ManagedProcess) -> None:
+        kind, port, path = spec.health
+        if kind == "http":
+            await wait_healthy(f"http://127.0.0.1:{port}{path}", process, self._health_timeout_s)
+        else:
+            await wait_tcp(port, process, self._health_timeout_s)
+
+    async def _rerun_container(
+        self, spec: ProcessSpec, argv: list[str], container: str, log_path: Path
+    ) -> ManagedProcess:
+        """The container run again as it was first run (stopping removed it: containers run with --rm)."""
+        await asyncio.to_thread(subprocess.run, ["docker", "rm", "-f", container], capture_output=True, timeout=60,
+                                check=False)  # fmt: skip
+        await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, timeout=600)
+        proc = spawn(["docker", "logs", "-f", container], log_path, tie_to_parent=True)
+        process = ManagedProcess(spec.name, proc, log_path, container=container, role=spec.role)
+        process.relaunch = functools.partial(self._rerun_container, spec, argv, container, log_path)
+        await self._wait(spec, process)
+        return process
 
     async def stop(self, deployment: Deployment) -> None:
         await asyncio.to_thread(deployment.stop)
