@@ -136,3 +136,22 @@ def test_the_charts_dashboards_are_the_ones_grafana_provisioning_uses() -> None:
     ours = {p.name: p.read_text() for p in (CHART / "dashboards").glob("*.json")}
     provisioned = {p.name: p.read_text() for p in (ROOT / "deploy" / "grafana" / "dashboards").glob("*.json")}
     assert ours == provisioned
+
+
+def test_the_services_replicate_streams_three_times_on_the_clustered_bus(
+    helm: str, chart_without_dependency: Path
+) -> None:
+    def replicas(*options: str) -> set[str]:
+        docs = render(helm, chart_without_dependency, *options)
+        return {
+            env["value"]
+            for d in docs
+            if d["kind"] in ("Deployment", "DaemonSet")
+            for container in d["spec"]["template"]["spec"]["containers"]
+            for env in container.get("env", [])
+            if env["name"] == "KVBENCH_NATS_REPLICAS"
+        }
+
+    assert replicas() == {"3"}  # the NATS chart, clustered with three servers: every service asks for R3
+    assert replicas(*EXTERNAL_BUS) == {"1"}
+    assert replicas(*EXTERNAL_BUS, "--set", "natsReplicas=3") == {"3"}

@@ -17,10 +17,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
+from kvbench_core.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres
 from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid
 from kvbench_core.settings import read_secret_file
 
@@ -49,6 +50,8 @@ class DeploymentState:
     api_url: str
     report_url: str
     nats_pid: int | None = None
+    # every NATS server `up` started (one, or a cluster's): name, pid, url, listen, monitor_port
+    nats_servers: list[dict[str, Any]] = field(default_factory=list)
     pg_dir: str | None = None
     services: list[ServiceRecord] = field(default_factory=list)
     sim_machines: int = 0
@@ -101,7 +104,14 @@ class LocalDeployment:
         loadgens: int = 1,
         sim_speed: float | None = None,
         listen: str | None = None,
+        nats_cluster: int = 1,
     ) -> DeploymentState:
+        """``nats_cluster``: NATS servers to start, clustered with routes when more than one (every stream and bucket
+        then has three replicas, so any one server may die)."""
+        if nats_cluster < 1:
+            raise StartupError("--nats-cluster: give at least 1 server (3 for a cluster that survives losing one)")
+        if nats_cluster > 1 and nats_url:
+            raise StartupError("--nats-cluster starts kvbench's own NATS servers; leave out --nats-url")
         if self.load() is not None:
             raise StartupError(f"kvbench is already up (state in {self.state_path}); run `kvbench down` first")
         log_dir = self.state_dir / "logs"
@@ -120,10 +130,25 @@ class LocalDeployment:
                 # the bus always wants a token (kept across up and down, so agents keep theirs)
                 token_file = self._secret_file("nats-token")
                 state.nats_token_file = str(token_file)
-                port = self._port(state, "NATS", host, DEFAULT_PORTS["nats"] if listen else 0)
-                nats = EmbeddedNats(self.state_dir / "nats", port=port, listen=host, token=read_secret_file(token_file))
-                nats.start()
-                state.nats_url, state.nats_pid = nats.url, nats.pid
+                token = read_secret_file(token_file)
+                if nats_cluster > 1:
+                    ports = [
+                        self._port(state, f"NATS server {k + 1}", host, DEFAULT_PORTS["nats"] + k if listen else 0)
+                        for k in range(nats_cluster)
+                    ]
+                    cluster = EmbeddedNatsCluster(self.state_dir / "nats", nats_cluster, host, token, ports)
+                    try:
+                        cluster.start()
+                    finally:  # recorded even when it failed to elect a leader, so `down` stops what did start
+                        state.nats_servers = [_server_record(n) for n in cluster.servers]
+                        state.save(self.state_path)
+                    state.nats_url = cluster.url
+                else:
+                    port = self._port(state, "NATS", host, DEFAULT_PORTS["nats"] if listen else 0)
+                    nats = EmbeddedNats(self.state_dir / "nats", port=port, listen=host, token=token)
+                    nats.start()
+                    state.nats_url, state.nats_pid = nats.url, nats.pid
+                    state.nats_servers = [_server_record(nats)]
                 state.save(self.state_path)
             if listen:
                 state.api_token_file = str(self._secret_file("api-token"))
@@ -149,6 +174,8 @@ class LocalDeployment:
             }
             if state.nats_token_file:
                 state.base_env["KVBENCH_NATS_TOKEN_FILE"] = state.nats_token_file
+            if nats_cluster > 1:  # three copies of every stream and bucket (all of them on a smaller cluster)
+                state.base_env["KVBENCH_NATS_REPLICAS"] = str(min(3, nats_cluster))
             if state.api_token_file:
                 state.base_env["KVBENCH_API_TOKEN_FILE"] = state.api_token_file
             env = self._env(state)
@@ -341,9 +368,13 @@ class LocalDeployment:
             if pid_alive(service.pid):
                 stop_pid(service.pid, timeout_s=15, group=True)
                 stopped.append(service.name)
-        if state.nats_pid and pid_alive(state.nats_pid):
-            stop_pid(state.nats_pid, timeout_s=15)
-            stopped.append("nats")
+        pids = {int(server["pid"]): str(server["name"]) for server in state.nats_servers if server.get("pid")}
+        if state.nats_pid:
+            pids.setdefault(state.nats_pid, "nats")
+        for pid, name in pids.items():
+            if pid_alive(pid):
+                stop_pid(pid, timeout_s=15)
+                stopped.append(name)
         if state.pg_dir:
             # the results stay: the next `up` serves every earlier run's report (`make clean` removes them)
             EmbeddedPostgres(Path(state.pg_dir)).stop(remove=False)
@@ -357,3 +388,19 @@ class LocalDeployment:
         """Every result of earlier runs: the database (wherever it was kept) and the bus's stored streams."""
         shutil.rmtree(pg_dir or EmbeddedPostgres.kept_in(self.state_dir).base_dir, ignore_errors=True)
         shutil.rmtree(self.state_dir / "nats", ignore_errors=True)
+
+
+def _server_record(server: EmbeddedNats) -> dict[str, Any]:
+    return {"name": server.server_name or "nats", "pid": server.pid, "url": server.url, "listen": server.listen,
+            "monitor_port": server.monitor_port, "data_dir": str(server.data_dir)}  # fmt: skip
+
+
+def nats_server_view(record: dict[str, Any]) -> dict[str, Any]:
+    """A NATS server `up` started, as `kvbench status` shows it: its pid, URL, whether it runs and its role in the
+    cluster's JetStream (leader, follower; standalone for a single server; down)."""
+    server = EmbeddedNats(Path(record["data_dir"]), port=0, pid=record.get("pid"), listen=record.get("listen") or "",
+                          server_name=record.get("name"),
+                          monitor_port=int(record.get("monitor_port") or 0))  # fmt: skip
+    alive = bool(server.pid) and pid_alive(int(server.pid or 0))
+    return {"name": record["name"], "pid": record.get("pid"), "url": record["url"], "running": alive,
+            "role": server.role() if alive else "down"}  # fmt: skip

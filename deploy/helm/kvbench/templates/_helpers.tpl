@@ -31,13 +31,26 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* what every service reads: the bus (with its token from a Secret) and the log format */}}
+{{/* copies of each stream and KV bucket: natsReplicas, else 3 on the clustered NATS chart (one server may die), else 1 */}}
+{{- define "kvbench.natsReplicas" -}}
+{{- if .Values.natsReplicas -}}
+{{ .Values.natsReplicas }}
+{{- else if and .Values.nats.enabled .Values.nats.config.cluster.enabled -}}
+{{ min 3 (int .Values.nats.config.cluster.replicas) }}
+{{- else -}}
+1
+{{- end -}}
+{{- end -}}
+
+{{/* what every service reads: the bus (with its token from a Secret), its replication, and the log format */}}
 {{- define "kvbench.commonEnv" -}}
 - name: KVBENCH_NATS_URL
   value: {{ include "kvbench.natsUrl" . | quote }}
 - name: KVBENCH_NATS_TOKEN
   valueFrom:
     secretKeyRef: {name: {{ .Values.natsToken.secretName }}, key: {{ .Values.natsToken.key }}}
+- name: KVBENCH_NATS_REPLICAS
+  value: {{ include "kvbench.natsReplicas" . | quote }}
 - name: KVBENCH_LOG_JSON
   value: "true"
 {{- end -}}

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.streams import BUCKETS, STREAMS, StreamSpec, stream_for_subject
 from kvbench_core.metrics import metric_name
 
-__all__ = ["Bus", "BusMetrics", "Subscription"]
+__all__ = ["Bus", "BusMetrics", "NatsAuth", "Subscription", "nats_servers"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,25 @@ _SCHEMA_FIELD = re.compile(rb'"schema"\s*:\s*"([^"\\]{1,200})"')
 E = TypeVar("E", bound=Envelope)
 Handler = Callable[[Envelope], Awaitable[None]]
 BatchHandler = Callable[[list[Envelope]], Awaitable[None]]
+
+
+# what a bus says while it recovers (a server gone, the client reconnecting, a stream electing a leader): worth
+# another try with the same message id; anything else (a subject no stream takes, a payload too large) is not
+TRANSIENT_BUS_ERRORS: tuple[type[BaseException], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
+    TimeoutError,
+)
+PUBLISH_RETRY_S = 30.0
+
+
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS URL setting: one URL, or several separated by commas (a cluster's)."""
+    return [part.strip() for part in url.split(",") if part.strip()]
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,7 @@ class Bus:
         self._metrics = metrics
         self._subs: list[Subscription] = []
         self._kv: dict[str, KeyValue] = {}
+        self.replicas = 1  # copies of each stream and bucket this bus creates
 
     @classmethod
     @asynccontextmanager
@@ -138,11 +159,16 @@ class Bus:
         registry: CollectorRegistry | None = None,
         service: str | None = None,
         auth: NatsAuth | None = None,
+        replicas: int = 1,
     ) -> AsyncIterator[Bus]:
-        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5,
+        """``url``: one server, or several comma-separated (a cluster: the client fails over between them);
+        ``replicas``: copies of every stream and KV bucket it creates (3 on a three-server cluster)."""
+        nc = await nats.connect(servers=nats_servers(url), name=name, max_reconnect_attempts=-1,
+                                reconnect_time_wait=0.5, connect_timeout=5,
                                 **(auth or NatsAuth()).connect_options())  # fmt: skip
         metrics = BusMetrics(service or name, registry) if registry is not None else None
         bus = cls(nc, nc.jetstream(), metrics)
+        bus.replicas = replicas
         try:
             await bus.ensure_streams()
             yield bus
@@ -159,6 +185,7 @@ class Bus:
                 duplicate_window=spec.duplicate_window_s,
                 storage=StorageType.FILE,
                 description=spec.description,
+                num_replicas=self.replicas,
             )
             try:
                 await self.js.stream_info(spec.name)
@@ -175,15 +202,31 @@ class Bus:
         try:
             store = await self.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
-            store = await self.js.create_key_value(
-                KeyValueConfig(bucket=bucket, ttl=spec.ttl_s, history=1, description=spec.description)
-            )
+            config = KeyValueConfig(bucket=bucket, ttl=spec.ttl_s, history=1, description=spec.description,
+                                    replicas=self.replicas)  # fmt: skip
+            store = await self.js.create_key_value(config)
         self._kv[bucket] = store
         return store
 
-    async def publish(self, message: Envelope) -> None:
+    async def publish(self, message: Envelope, retry_for_s: float = PUBLISH_RETRY_S) -> None:
+        """Publish and wait for JetStream's ack. A bus that does not answer for a moment (a server of the cluster
+        died and the client moves to another, a stream elects a new leader) is retried with back-off for up to
+        ``retry_for_s``: the message keeps its id, so JetStream stores it once however often it is sent."""
         subject = message.subject()
-        await self.js.publish(subject, message.to_bytes(), headers={"Nats-Msg-Id": message.event_id})
+        body, headers = message.to_bytes(), {"Nats-Msg-Id": message.event_id}
+        deadline = time.monotonic() + retry_for_s
+        attempt = 0
+        while True:
+            try:
+                await self.js.publish(subject, body, headers=headers)
+                break
+            except TRANSIENT_BUS_ERRORS as exc:
+                attempt += 1
+                if time.monotonic() + backoff_s(attempt, 0.2, 2.0) > deadline:
+                    raise
+                log.warning("publish not acknowledged; retrying", extra={"subject": subject, "attempt": attempt,
+                                                                         "error": type(exc).__name__})  # fmt: skip
+                await asyncio.sleep(backoff_s(attempt, 0.2, 2.0))
         if self._metrics:
             self._metrics.published.labels(message.schema_name).inc()
 

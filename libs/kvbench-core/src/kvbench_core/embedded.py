@@ -13,18 +13,22 @@ import glob
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvbench_core.procs import free_port, stop_pid, wait_port
+from kvbench_core.procs import free_port, pid_alive, stop_pid, wait_port
 
 __all__ = [
     "EmbeddedNats",
+    "EmbeddedNatsCluster",
     "EmbeddedPostgres",
     "ServerNotFoundError",
     "find_nats_server",
@@ -75,11 +79,21 @@ class EmbeddedNats:
     log_path: Path | None = None
     listen: str = "127.0.0.1"
     token: str | None = field(default=None, repr=False)
+    # a member of a cluster (EmbeddedNatsCluster): its name, its route port, the other members' route ports, the
+    # routes' shared secret and its monitoring port (where `kvbench status` asks who leads JetStream)
+    server_name: str | None = None
+    cluster_port: int = 0
+    peers: list[int] = field(default_factory=list)
+    route_secret: str | None = field(default=None, repr=False)
+    monitor_port: int = 0
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1" if self.listen in ("0.0.0.0", "::") else self.listen  # noqa: S104 (a bind, not a target)
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.listen in ("0.0.0.0", "::") else self.listen  # noqa: S104 (a bind, not a target)
-        return f"nats://{host}:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
     def _config(self) -> Path:
         config = self.data_dir / "nats.conf"
@@ -87,6 +101,17 @@ class EmbeddedNats:
                  f"jetstream {{ store_dir: {json.dumps(str(self.data_dir))} }}"]  # fmt: skip
         if self.token:
             lines.append(f"authorization {{ token: {json.dumps(self.token)} }}")
+        if self.server_name:
+            lines.append(f"server_name: {json.dumps(self.server_name)}")
+        if self.monitor_port:
+            lines.append(f"http: {json.dumps(f'{self.host}:{self.monitor_port}')}")
+        if self.cluster_port:
+            # routes authenticate with a secret of their own: nobody joins the cluster by reaching its route port
+            auth = f"route:{self.route_secret}@" if self.route_secret else ""
+            routes = ", ".join(json.dumps(f"nats-route://{auth}{self.host}:{port}") for port in self.peers)
+            secret = f"  authorization {{ user: route, password: {json.dumps(self.route_secret)} }}" if auth else ""
+            lines += ["cluster {", "  name: kvbench", f"  listen: {json.dumps(f'{self.listen}:{self.cluster_port}')}",
+                      secret, f"  routes: [{routes}]", "}"]  # fmt: skip
         config.touch(mode=0o600)
         config.chmod(0o600)
         config.write_text("\n".join(lines) + "\n")
@@ -111,6 +136,70 @@ class EmbeddedNats:
         if self.pid:
             stop_pid(self.pid, timeout_s=15)
             self.pid = None
+
+    def role(self, timeout_s: float = 2.0) -> str:
+        """``leader`` or ``follower`` of the cluster's JetStream meta group (``standalone`` outside a cluster),
+        ``down`` when the server does not answer its monitoring port."""
+        if not self.monitor_port:
+            return "standalone" if self.pid and pid_alive(self.pid) else "down"
+        try:
+            with urllib.request.urlopen(f"http://{self.host}:{self.monitor_port}/jsz", timeout=timeout_s) as answer:
+                leader = (json.load(answer).get("meta_cluster") or {}).get("leader")
+        except (OSError, ValueError):
+            return "down"
+        return "leader" if leader == self.server_name else "follower" if leader else "electing"
+
+
+@dataclass
+class EmbeddedNatsCluster:
+    """``size`` NATS servers clustered with routes, each with its own JetStream store under ``base_dir``: streams and
+    buckets created with ``replicas=3`` live on three of them, so any one may die with nothing lost. Clients take
+    ``url``, every member's URL separated by commas, and fail over between them."""
+
+    base_dir: Path
+    size: int = 3
+    listen: str = "127.0.0.1"
+    token: str | None = field(default=None, repr=False)
+    ports: list[int] = field(default_factory=list)  # client ports, one per member (free ones when empty)
+    servers: list[EmbeddedNats] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return ",".join(server.url for server in self.servers)
+
+    def start(self, ready_timeout_s: float = 30.0) -> EmbeddedNatsCluster:
+        if self.size < 1:
+            raise ValueError("size: a cluster has at least one server")
+        secret = secrets.token_urlsafe(24)
+        clients = self.ports or [free_port() for _ in range(self.size)]
+        routes = [free_port() for _ in range(self.size)]
+        self.servers = [
+            EmbeddedNats(
+                self.base_dir / f"n{k + 1}",
+                port=clients[k],
+                listen=self.listen,
+                token=self.token,
+                server_name=f"kvbench-n{k + 1}",
+                cluster_port=routes[k],
+                peers=[p for j, p in enumerate(routes) if j != k],
+                route_secret=secret,
+                monitor_port=free_port(),
+            )
+            for k in range(self.size)
+        ]
+        for server in self.servers:
+            server.start()
+        deadline = time.monotonic() + ready_timeout_s
+        while not any(server.role() == "leader" for server in self.servers):  # JetStream answers once one leads
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the NATS cluster elected no JetStream leader within {ready_timeout_s:.0f} s")
+            time.sleep(0.2)
+        return self
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
 
 
 SYSTEM_DATA_DIR = Path("/var/lib/kvbench")  # root's kept databases, when the state directory is private

@@ -14,7 +14,7 @@ from typing import Literal, TypeVar
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from kvbench_core.bus import NatsAuth
+from kvbench_core.bus import NatsAuth, nats_servers
 
 __all__ = ["ApiTokenSettings", "ServiceSettings", "load_settings", "read_secret_file"]
 
@@ -24,7 +24,18 @@ S = TypeVar("S", bound=BaseSettings)
 class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KVBENCH_", extra="ignore", frozen=True)
 
-    nats_url: str = Field("nats://127.0.0.1:4222", validation_alias="KVBENCH_NATS_URL", description="NATS server URL")
+    nats_url: str = Field(
+        "nats://127.0.0.1:4222",
+        validation_alias="KVBENCH_NATS_URL",
+        description="NATS server URL, or a cluster's URLs separated by commas (the client fails over between them)",
+    )
+    nats_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        validation_alias="KVBENCH_NATS_REPLICAS",
+        description="Copies of each JetStream stream and KV bucket (3 on a three-server cluster: one server may die)",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", validation_alias="KVBENCH_LOG_LEVEL", description="Log level"
     )
@@ -58,8 +69,11 @@ class ServiceSettings(BaseSettings):
     @field_validator("nats_url")
     @classmethod
     def _nats_scheme(cls, value: str) -> str:
-        if not value.startswith(("nats://", "tls://", "ws://", "wss://")):
-            raise ValueError("KVBENCH_NATS_URL must start with nats://, tls://, ws:// or wss://")
+        servers = nats_servers(value)
+        if not servers or not all(s.startswith(("nats://", "tls://", "ws://", "wss://")) for s in servers):
+            raise ValueError(
+                "KVBENCH_NATS_URL must be URLs starting with nats://, tls://, ws:// or wss://, separated by commas"
+            )
         return value
 
     def nats_auth(self) -> NatsAuth:

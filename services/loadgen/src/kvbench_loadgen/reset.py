@@ -34,11 +34,11 @@ def reset_note(statuses: dict[str, int], route: str = "/reset_prefix_cache") -> 
     """What the report says of it, in words."""
     done = sorted(e for e, status in statuses.items() if 200 <= status < 300)
     failed = {e: s for e, s in sorted(statuses.items()) if not 200 <= s < 300}
-    note = f"emptied the local prefix cache of {len(done)} of {len(statuses)} engines before the load (POST {route})"
+    note = f"emptied the local prefix cache of {len(done)} of {len(statuses)} engines before the load"
     if failed:
         answers = ", ".join(f"{e}: {'no answer' if s == 0 else f'HTTP {s}'}" for e, s in failed.items())
         note += (
-            f" ({answers}; vLLM serves POST /reset_prefix_cache only when started with VLLM_SERVER_DEV_MODE=1, an "
-            "engine without the call needs restarting alone)"
+            f" ({answers} to POST {route}; vLLM serves /reset_prefix_cache only when started with "
+            "VLLM_SERVER_DEV_MODE=1)"
         )
     return note

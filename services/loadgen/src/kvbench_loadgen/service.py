@@ -36,6 +36,7 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
                 registry=registry,
                 service="loadgen",
                 auth=settings.nats_auth(),
+                replicas=settings.nats_replicas,
             )
         )
         await stack.enter_async_context(ops_server(registry, settings.ops_port))

@@ -339,6 +339,7 @@ async def run(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
                 registry=registry,
                 service="node_agent",
                 auth=settings.nats_auth(),
+                replicas=settings.nats_replicas,
             )
         )
         agent = NodeAgent(settings, bus, registry)

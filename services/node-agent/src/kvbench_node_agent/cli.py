@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kvbench_core.bus import NatsAuth
+from kvbench_core.bus import NatsAuth, nats_servers
 
 __all__ = ["main"]
 
@@ -134,8 +134,9 @@ async def _try_connect(url: str, auth: NatsAuth, timeout_s: float) -> None:
     import nats  # noqa: PLC0415 (only when checking)
 
     try:
-        client = await nats.connect(url, connect_timeout=timeout_s, allow_reconnect=False, max_reconnect_attempts=0,
-                                    **auth.connect_options())  # fmt: skip
+        options = auth.connect_options()
+        client = await nats.connect(servers=nats_servers(url), connect_timeout=timeout_s, allow_reconnect=False,
+                                    max_reconnect_attempts=0, **options)  # fmt: skip
     except Exception as exc:  # nats-py raises its own errors and plain ones alike
         refused = "authorization" in str(exc).lower()
         raise AgentConfigError(

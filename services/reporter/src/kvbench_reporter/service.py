@@ -250,7 +250,12 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(store.close)
         bus = await stack.enter_async_context(
             Bus.connect(
-                settings.nats_url, name="reporter", registry=registry, service="reporter", auth=settings.nats_auth()
+                settings.nats_url,
+                name="reporter",
+                registry=registry,
+                service="reporter",
+                auth=settings.nats_auth(),
+                replicas=settings.nats_replicas,
             )
         )
         reporter = Reporter(store, settings, registry)

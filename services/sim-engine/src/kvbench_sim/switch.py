@@ -193,7 +193,8 @@ async def _run(args: argparse.Namespace, stop: asyncio.Event) -> None:
         lambda: SnmpV2cResponder(args.community, switch.table), local_addr=(args.host, args.port)
     )
     token = _bus_token()
-    nc = await nats.connect(args.nats_url, name=f"sim-switch-{args.name}", **({"token": token} if token else {}))
+    servers = [u.strip() for u in args.nats_url.split(",") if u.strip()]  # a cluster's URLs, comma-separated
+    nc = await nats.connect(servers=servers, name=f"sim-switch-{args.name}", **({"token": token} if token else {}))
 
     async def on_sample(msg: Any) -> None:
         try:

@@ -46,6 +46,7 @@ async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
                 registry=registry,
                 service="switch_poller",
                 auth=settings.nats_auth(),
+                replicas=settings.nats_replicas,
             )
         )
 

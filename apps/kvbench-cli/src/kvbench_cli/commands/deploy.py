@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from rich.table import Table
 from kvbench_cli.console import (
     console,
 )
-from kvbench_cli.deployment import LocalDeployment
+from kvbench_cli.deployment import LocalDeployment, nats_server_view
 from kvbench_core.procs import pid_alive
 
 __all__ = ["register"]
@@ -31,12 +32,16 @@ def cmd_up(args: argparse.Namespace) -> int:
             loadgens=max(1, args.loadgens),
             sim_speed=args.sim_speed,
             listen=args.listen,
+            nats_cluster=args.nats_cluster,
         )
     speed = f", engines at {args.sim_speed:g}x real time unless a plan says" if args.sim_speed else ""
     console.print(f"kvbench is up ({args.sim_machines} simulated machines{speed})")
     console.print(f"  API      {state.api_url}   (OpenAPI: {state.api_url}/openapi.json)")
     console.print(f"  reports  {state.report_url}/v1/runs/<run_id>/report.html")
     console.print(f"  bus      {state.nats_url}" + ("   (token required)" if state.nats_token_file else ""))
+    if len(state.nats_servers) > 1:
+        console.print(f"           a cluster of {len(state.nats_servers)} NATS servers, every stream and bucket "
+                      f"replicated {state.base_env.get('KVBENCH_NATS_REPLICAS', '1')} times")  # fmt: skip
     console.print(f"  logs     {args.state_dir}/logs/   stop with: kvbench down")
     for note in state.notes:
         console.print(f"  [yellow]note[/yellow] {note}")
@@ -68,27 +73,45 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     state = LocalDeployment(Path(args.state_dir)).load()
     if state is None:
-        console.print(f"kvbench is not up (no state in {args.state_dir})")
+        if args.json:
+            print(json.dumps({"up": False, "state_dir": args.state_dir}))
+        else:
+            console.print(f"kvbench is not up (no state in {args.state_dir})")
         return 1
+    servers = [nats_server_view(record) for record in state.nats_servers]
+    if not servers:  # a NATS kvbench did not start (--nats-url)
+        servers = [{"name": "nats", "pid": None, "url": state.nats_url, "running": True,
+                    "role": "external" if _answers(state.nats_url.split(",")[0]) else "down"}]  # fmt: skip
+    services: list[dict[str, Any]] = []
+    with httpx.Client(timeout=2.0) as client:
+        for record in state.services:
+            alive = pid_alive(record.pid)
+            health = "–"
+            if record.health_url:
+                try:
+                    health = "ok" if client.get(record.health_url).status_code == 200 else "failing"
+                except httpx.HTTPError:
+                    health = "unreachable"
+            services.append({"name": record.name, "pid": record.pid, "running": alive, "health": health})
+        nodes, running = _planner_view(client, state)
+    # a cluster is healthy while a majority of its servers run (one down of three: the run goes on, say so)
+    serving = sum(1 for s in servers if s["role"] not in ("down", "electing"))
+    healthy = serving > len(servers) // 2 and all(s["running"] and s["health"] in ("ok", "–") for s in services)
+    if args.json:
+        view = {"up": True, "healthy": healthy, "nats": servers, "services": services,
+                "nodes": None if nodes is None else len(nodes), "api_url": state.api_url,
+                "report_url": state.report_url, "runs_in_progress": running}  # fmt: skip
+        print(json.dumps(view, indent=2, default=str))
+        return 0 if healthy else 1
     table = Table(title="kvbench status")
     for column in ("service", "pid", "process", "health"):
         table.add_column(column)
-    healthy = True
-    with httpx.Client(timeout=2.0) as client:
-        rows = [("nats", state.nats_pid, None)] + [(s.name, s.pid, s.health_url) for s in state.services]
-        for name, pid, url in rows:
-            alive = bool(pid) and pid_alive(int(pid or 0))
-            health = "–"
-            if url:
-                try:
-                    health = "ok" if client.get(url).status_code == 200 else "failing"
-                except httpx.HTTPError:
-                    health = "unreachable"
-            if name == "nats" and alive:
-                health = "ok" if _answers(state.nats_url) else "unreachable"
-            healthy &= alive and health in ("ok", "–")
-            table.add_row(name, str(pid or "external"), "running" if alive else "[red]stopped[/red]", health)
-        nodes, running = _planner_view(client, state)
+    for server in servers:
+        table.add_row(server["name"], str(server["pid"] or "external"),
+                      "running" if server["running"] else "[red]stopped[/red]", server["role"])  # fmt: skip
+    for service in services:
+        table.add_row(service["name"], str(service["pid"]),
+                      "running" if service["running"] else "[red]stopped[/red]", service["health"])  # fmt: skip
     console.print(table)
     console.print(f"nodes registered: {'?' if nodes is None else len(nodes)}; API {state.api_url}; "
                   f"reports {state.report_url}")  # fmt: skip
@@ -139,6 +162,14 @@ def register(sub: Any) -> None:
         "(reports stay in engine seconds)",
     )
     up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
+    up.add_argument(
+        "--nats-cluster",
+        type=int,
+        default=1,
+        metavar="N",
+        help="start N NATS servers clustered with routes, every stream and bucket replicated 3 times (3: any one "
+        "server may die mid-run with nothing lost); default 1",
+    )
     up.add_argument("--database-url", default=None, help="use this PostgreSQL instead of starting one")
     up.add_argument(
         "--listen",
@@ -151,4 +182,8 @@ def register(sub: Any) -> None:
     down = sub.add_parser("down", help="stop exactly what `up` started (earlier runs' results stay)")
     down.add_argument("--wipe", action="store_true", help="also delete every earlier run's results (database, bus)")
     down.set_defaults(func=cmd_down)
-    sub.add_parser("status", help="what `up` started, and whether it is healthy").set_defaults(func=cmd_status)
+    status = sub.add_parser("status", help="what `up` started, and whether it is healthy")
+    status.add_argument(
+        "--json", action="store_true", help="print it as JSON (every NATS server with its pid and role)"
+    )
+    status.set_defaults(func=cmd_status)

@@ -40,7 +40,12 @@ def create_app(settings: PlannerSettings) -> FastAPI:
                 "fine for the embedded demo, not for a shared lab"
             )
         async with Bus.connect(
-            settings.nats_url, name="planner", registry=metrics.registry, service="planner", auth=settings.nats_auth()
+            settings.nats_url,
+            name="planner",
+            registry=metrics.registry,
+            service="planner",
+            auth=settings.nats_auth(),
+            replicas=settings.nats_replicas,
         ) as bus:
             registry = await Registry(bus).start()
             conductor = Conductor(bus, settings, registry)

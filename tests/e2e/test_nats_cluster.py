@@ -1,0 +1,127 @@
+"""`kvbench up --nats-cluster 3`: three NATS servers clustered with routes, every stream and bucket replicated three
+times. Killing the JetStream leader (SIGKILL) mid-run: the services move to the other servers, the run completes,
+every record the load generator published is stored once, and `kvbench status --json` shows the dead server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from kvbench_cli.api import Endpoints, fetch_report
+from kvbench_cli.deployment import LocalDeployment
+from kvbench_cli.main import main
+from kvbench_core.bus import Bus, NatsAuth
+from kvbench_core.settings import read_secret_file
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+async def _replicas(url: str, token: str) -> dict[str, int]:
+    async with Bus.connect(url, name="cluster-test", auth=NatsAuth(token)) as bus:
+        streams = {name: (await bus.js.stream_info(name)).config.num_replicas or 1
+                   for name in ("KVBENCH_CONTROL", "KVBENCH_CMD", "KVBENCH_RECORDS", "KVBENCH_TELEMETRY")}  # fmt: skip
+        runs = await bus.js.stream_info("KV_kvbench_runs")
+        return {**streams, "KV_kvbench_runs": runs.config.num_replicas or 1}
+
+
+async def _counts(database_url: str, run_id: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        return list(
+            await conn.fetch(
+                "SELECT j.job_id, j.records_expected, count(r.request_id) AS stored, "
+                "count(DISTINCT r.request_id) AS distinct_ids FROM jobs j LEFT JOIN request_records r "
+                "USING (job_id) WHERE j.run_id = $1 GROUP BY j.job_id, j.records_expected",
+                run_id,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+def _status(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ended:
+        main(["--state-dir", str(state_dir), "status", "--json"])
+    printed = capsys.readouterr().out
+    return int(ended.value.code or 0), json.loads(printed[printed.index("{") :])
+
+
+def test_a_three_server_bus_loses_its_leader_mid_run_and_loses_nothing(
+    short_plan: Any, fresh_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state_dir = tmp_path / "kvbench"
+    deployment = LocalDeployment(state_dir)
+    state = deployment.up(sim_machines=2, database_url=fresh_database, nats_cluster=3, tie_to_parent=True)
+    try:
+        assert len(state.nats_url.split(",")) == 3
+        assert state.base_env["KVBENCH_NATS_REPLICAS"] == "3"
+        token = read_secret_file(Path(str(state.nats_token_file)))
+        assert set(asyncio.run(_replicas(state.nats_url, token)).values()) == {3}
+        code, status = _status(state_dir, capsys)
+        assert code == 0, status
+        assert sorted(s["role"] for s in status["nats"]) == ["follower", "follower", "leader"]
+        assert all(s["pid"] and s["running"] for s in status["nats"])
+
+        plan = short_plan("cluster-failover", duration_s=12, users=4, gpu_only=True,
+                          synthetic={"prefix_tokens": 256, "turns": 2, "think_time_s": 0.0},
+                          measurement={"warmup_s": 1, "repeats": 2, "cache_state": "warm"})  # fmt: skip
+        run_id = httpx.post(f"{state.api_url}/v1/runs", content=plan.encode(), timeout=30,
+                            headers={"Content-Type": "application/yaml"}).json()["run_id"]  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:  # kill the JetStream leader while the first job streams its records
+            jobs = httpx.get(f"{state.api_url}/v1/runs/{run_id}", timeout=10).json()["jobs"]
+            if jobs[0]["status"] == "running" and jobs[0]["requests"] > 0:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        (leader,) = [s for s in status["nats"] if s["role"] == "leader"]
+        os.kill(int(leader["pid"]), signal.SIGKILL)
+        killed_at = time.monotonic()
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                current = httpx.get(f"{state.api_url}/v1/runs/{run_id}", timeout=10).json()
+            except httpx.HTTPError:  # the planner is moving to another server
+                current = {"status": "running"}
+            if current["status"] != "running" and current["status"] != "pending":
+                break
+            assert time.monotonic() < deadline, current
+            time.sleep(0.5)
+        assert current["status"] == "succeeded", current
+        # every record published is stored, once
+        deadline = time.monotonic() + 60
+        while True:
+            rows = asyncio.run(_counts(fresh_database, run_id))
+            if (
+                len(rows) == 2 and all(r["stored"] == r["records_expected"] for r in rows)
+            ) or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        assert len(rows) == 2
+        for row in rows:
+            assert row["records_expected"] > 0
+            assert row["stored"] == row["records_expected"] == row["distinct_ids"], dict(row)
+        report = fetch_report(Endpoints(state.api_url, state.report_url, None), run_id)
+        assert report["workloads"][0]["requests"] == sum(r["stored"] for r in rows)
+        # the dead server shows; two of three still serve, so the deployment is healthy, with a new leader
+        code, status = _status(state_dir, capsys)
+        roles = {s["name"]: s["role"] for s in status["nats"]}
+        assert roles[leader["name"]] == "down", roles
+        assert sorted(r for name, r in roles.items() if name != leader["name"]) == ["follower", "leader"], roles
+        assert code == 0, status
+        print(
+            f"leader killed; run ended {time.monotonic() - killed_at:.1f} s later; "
+            f"{sum(r['stored'] for r in rows)} records stored once"
+        )
+    finally:
+        deployment.down()
