@@ -155,3 +155,17 @@ def test_the_services_replicate_streams_three_times_on_the_clustered_bus(
     assert replicas() == {"3"}  # the NATS chart, clustered with three servers: every service asks for R3
     assert replicas(*EXTERNAL_BUS) == {"1"}
     assert replicas(*EXTERNAL_BUS, "--set", "natsReplicas=3") == {"3"}
+
+
+def test_the_secrets_key_reaches_only_the_planner_and_the_switch_poller(
+    helm: str, chart_without_dependency: Path
+) -> None:
+    holders = {
+        d["metadata"]["name"]
+        for d in render(helm, chart_without_dependency, *EXTERNAL_BUS)
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for container in d["spec"]["template"]["spec"]["containers"]
+        for env in container.get("env", [])
+        if env["name"] == "KVBENCH_SECRETS_KEY"
+    }
+    assert holders == {"kvb-kvbench-planner", "kvb-kvbench-switch-poller"}

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import StackFailed
+from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.plan import EngineSpec, SimCluster
 from kvbench_core.bus import Bus
 from kvbench_node_agent.agent import NodeAgent
@@ -60,3 +61,29 @@ async def test_an_image_the_machine_does_not_allow_fails_the_stack_with_the_sett
     assert "n-images: engine.args.image: the machine does not run the image evil/miner:latest" in failed.reason
     assert "KVBENCH_NODE_AGENT_ALLOWED_IMAGES" in failed.reason
     assert agent.deployments == {}
+
+
+async def test_the_hugging_face_token_reaches_only_the_agent_it_was_sealed_to(nats_url: str, tmp_path: Path) -> None:
+    """The planner seals the stored token to the public key each agent heartbeats; that agent opens it, another
+    cannot, and an agent started again (a new key) fails the stack with a reason instead of starting it without."""
+    from kvbench_core.sealing import seal_for  # noqa: PLC0415
+    from kvbench_node_agent.launchers.base import LaunchError  # noqa: PLC0415
+    from kvbench_planner.conductor import _sealed_for  # noqa: PLC0415
+
+    async with Bus.connect(nats_url, name="t-sealed") as bus:
+        gpu1 = NodeAgent(NodeAgentSettings(node_id="gpu1", state_dir=str(tmp_path / "1")), bus, CollectorRegistry())
+        gpu2 = NodeAgent(NodeAgentSettings(node_id="gpu2", state_dir=str(tmp_path / "2")), bus, CollectorRegistry())
+        await gpu1.register()
+        beat = await (await bus.kv("kvbench_nodes")).get("gpu1")  # what the planner reads its key from
+    inventory = Heartbeat.model_validate_json(beat.value or b"").inventory.model_dump()
+    assert inventory["public_key"] == gpu1.inventory.public_key
+    sealed = _sealed_for(inventory, "hf_sealed_token")
+    assert "hf_sealed_token" not in sealed
+    command = StartStack(node_id="gpu1", run_id="R1", deployment_id="D1", workload="w", stack="vllm-prefix-gpu",
+                         model="Qwen/Qwen3-8B", launcher="process", hf_token_secret="hf-token",
+                         hf_token_sealed=sealed)  # fmt: skip
+    assert gpu1._secret(command) == "hf_sealed_token"
+    with pytest.raises(LaunchError, match="gpu2: the Hugging Face token could not be opened"):
+        gpu2._secret(command.model_copy(update={"node_id": "gpu2"}))
+    assert gpu1._secret(command.model_copy(update={"hf_token_sealed": None})) is None
+    assert seal_for(str(gpu2.inventory.public_key), "x") != seal_for(str(gpu2.inventory.public_key), "x")

@@ -16,6 +16,7 @@ import pytest
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
+from kvbench_core.sealing import SecretsKey
 from kvbench_node_agent.fabric import parse_lldpctl_json0
 from kvbench_reporter.agreement import HostSide, SwitchSide, agreement_checks
 from kvbench_switch_poller.gnmi import FEC_CODES, GnmiError, poll_gnmi
@@ -192,6 +193,7 @@ def _gnmi_config(lab: FabricLab) -> SwitchConfig:
 
 
 GNMI_SECRET = f"{GNMI_USER}:{GNMI_PASSWORD}"
+KEY = SecretsKey(bytes(range(32)))  # the planner's key for stored secrets
 
 
 async def test_gnmi_reads_the_ports_state_counters_and_lldp_like_snmp(lab: FabricLab) -> None:
@@ -243,8 +245,11 @@ async def test_the_poller_reads_each_switch_with_its_protocols_driver(lab: Fabri
     gnmi = _gnmi_config(lab).model_copy(update={"name": "leaf1-gnmi", "secret": "gnmi-creds"})
     snmp = _config(lab).model_copy(update={"secret": "snmp-creds"})
     switches = {c.name: c.model_dump_json().encode() for c in (gnmi, snmp)}
-    stored = {"gnmi-creds": GNMI_SECRET.encode(), "snmp-creds": V3_SECRET.encode()}
-    poller = Poller(lambda: switches, lambda: stored, publish)
+    stored = {
+        "gnmi-creds": KEY.encrypt(GNMI_SECRET),
+        "snmp-creds": KEY.encrypt(V3_SECRET),
+    }  # as the planner stores them
+    poller = Poller(lambda: switches, lambda: stored, publish, open_secret=KEY.decrypt)
     await poller.poll_once()
     sampled = {e.switch: e for e in published if isinstance(e, SwitchSampled)}
     assert sorted(sampled) == ["leaf1", "leaf1-gnmi"]
@@ -270,12 +275,12 @@ async def test_a_stopped_agent_makes_the_switch_unread_with_the_reason(lab: Fabr
 
     config = _config(lab).model_copy(update={"secret": "leaf1-creds"})
     switches = {"leaf1": config.model_dump_json().encode()}
-    stored = {"leaf1-creds": V3_SECRET.encode()}
+    stored = {"leaf1-creds": KEY.encrypt(V3_SECRET)}
 
     async def quick(c: SwitchConfig, s: str) -> SnmpPoll:
         return await poll_snmp(c, s, timeout_s=1.0)
 
-    poller = Poller(lambda: switches, lambda: stored, publish, quick)
+    poller = Poller(lambda: switches, lambda: stored, publish, quick, open_secret=KEY.decrypt)
     await poller.poll_once()
     assert isinstance(published[-1], SwitchSampled)
     assert poller.status["leaf1"].ok

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from kvbench_core.sealing import SecretsKey
 from kvbench_core.settings import load_settings
 from kvbench_planner.api import create_app
 from kvbench_planner.settings import PlannerSettings
@@ -23,11 +25,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t0ken-for-tests"
 
 
+SECRETS_KEY = base64.b64encode(bytes(range(32))).decode()
+
+
 @pytest.fixture
 def client(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("KVBENCH_NATS_URL", nats_url)
     monkeypatch.setenv("KVBENCH_PLANNER_API_TOKEN", TOKEN)
     monkeypatch.setenv("KVBENCH_PLANNER_NODE_WAIT_S", "60")  # a run waits for agents, so it can be cancelled
+    monkeypatch.setenv("KVBENCH_SECRETS_KEY", SECRETS_KEY)
     with TestClient(create_app(load_settings(PlannerSettings))) as test_client:
         yield test_client
 
@@ -175,7 +181,32 @@ def test_secrets_are_write_only(client: TestClient) -> None:
     )
     review = client.post("/v1/plans/validate", content=gated, headers=YAML).json()
     assert [e["code"] for e in review["errors"]] == ["unknown_secret"]
+    # at rest, the bucket holds ciphertext that only the planner's key opens
+    stored = client.portal.call(_stored, client, "hf-token")  # type: ignore[union-attr]  # on the app's own loop
+    assert value.encode() not in stored
+    assert SecretsKey(base64.b64decode(SECRETS_KEY)).decrypt(stored) == value
     assert client.delete("/v1/secrets/hf-token", headers=AUTH).status_code == 204
+
+
+async def _stored(client: TestClient, name: str) -> bytes:
+    """What a NATS client reading the secrets bucket gets (the planner's own bus, as any client with the token)."""
+    bus = client.app.state.bus  # type: ignore[attr-defined]
+    entry = await (await bus.kv("kvbench_secrets")).get(name)
+    return bytes(entry.value or b"")
+
+
+def test_a_planner_without_a_secrets_key_stores_no_secret(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVBENCH_NATS_URL", nats_url)
+    monkeypatch.setenv("KVBENCH_PLANNER_API_TOKEN", TOKEN)
+    monkeypatch.delenv("KVBENCH_SECRETS_KEY", raising=False)
+    monkeypatch.delenv("KVBENCH_SECRETS_KEY_FILE", raising=False)
+    with TestClient(create_app(load_settings(PlannerSettings))) as keyless:
+        refused = keyless.put("/v1/secrets/hf-token-keyless", json={"value": "hf_x"}, headers=AUTH)
+        assert refused.status_code == 409
+        (problem,) = refused.json()["detail"]
+        assert problem["field"] == "KVBENCH_SECRETS_KEY_FILE"
+        assert "openssl rand -base64 32" in problem["fix"]
+        assert {"name": "hf-token-keyless"} not in keyless.get("/v1/secrets", headers=AUTH).json()
 
 
 def test_switches_are_connected_with_a_credential_that_is_never_returned(client: TestClient) -> None:

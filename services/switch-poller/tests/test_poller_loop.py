@@ -7,6 +7,7 @@ import asyncio
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.fabric import SwitchConfig
+from kvbench_core.sealing import SecretsKey
 from kvbench_switch_poller.poller import Poller
 from kvbench_switch_poller.reading import SwitchPoll
 
@@ -26,7 +27,9 @@ async def test_a_failing_round_is_survived_and_reported_until_one_succeeds() -> 
     async def read(config: SwitchConfig, _: str) -> SwitchPoll:
         return SwitchPoll(switch=config.name, sys_name=config.name, uptime_ticks=1)
 
-    poller = Poller(lambda: {"leaf1": config.model_dump_json().encode()}, lambda: {"leaf1-login": b"c"}, publish, read)
+    key = SecretsKey(bytes(32))
+    stored = {"leaf1-login": key.encrypt("c")}
+    poller = Poller(lambda: {"leaf1": config.model_dump_json().encode()}, lambda: stored, publish, read, key.decrypt)
     stop = asyncio.Event()
     loop = asyncio.create_task(poller.run(0.01, stop))
     for _ in range(400):

@@ -23,6 +23,7 @@ import httpx
 
 from kvbench_core.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres
 from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid
+from kvbench_core.sealing import SecretsKey
 from kvbench_core.settings import read_secret_file
 
 __all__ = ["DeploymentState", "LocalDeployment", "StartupError"]
@@ -192,12 +193,14 @@ class LocalDeployment:
                 return f"http://127.0.0.1:{port}/healthz", {variable: str(port)}
 
             start("reporter", "kvbench_reporter", f"{state.report_url}/healthz")
+            # stored secrets are encrypted with a key only the planner and the switch poller are given
+            secrets_key = {"KVBENCH_SECRETS_KEY_FILE": str(self._secrets_key_file())}
             # every job is split into one shard per load generator (they share the work queue)
             start(
                 "planner",
                 "kvbench_planner",
                 f"{state.api_url}/healthz",
-                {"KVBENCH_PLANNER_LOADGEN_SHARDS": str(loadgens)}
+                {"KVBENCH_PLANNER_LOADGEN_SHARDS": str(loadgens), **secrets_key}
                 | ({"KVBENCH_PLANNER_SIM_SPEED": f"{sim_speed:g}"} if sim_speed else {}),
             )
             for i in range(loadgens):
@@ -210,7 +213,10 @@ class LocalDeployment:
                 )
             health, port_env = ops("KVBENCH_SWITCH_POLLER_OPS_PORT")
             start(
-                "switch-poller", "kvbench_switch_poller", health, {"KVBENCH_SWITCH_POLLER_INTERVAL_S": "2", **port_env}
+                "switch-poller",
+                "kvbench_switch_poller",
+                health,
+                {"KVBENCH_SWITCH_POLLER_INTERVAL_S": "2", **port_env, **secrets_key},
             )
             switch_port, community = free_port(), secrets.token_urlsafe(18)
             # one name per deployment: deployments that share a NATS must not read each other's simulated switch
@@ -246,6 +252,15 @@ class LocalDeployment:
             self.down()
             raise
         return state
+
+    def _secrets_key_file(self) -> Path:
+        """The key stored secrets are encrypted with (kvbench_core.sealing), kept with the state like the tokens."""
+        directory = self.state_dir / "secrets"
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        path = directory / "secrets-key"
+        SecretsKey.create(path)
+        return path
 
     def _secret_file(self, name: str) -> Path:
         """A generated secret kept in the state directory, readable by its owner only; the same across restarts."""

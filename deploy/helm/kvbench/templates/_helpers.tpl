@@ -60,3 +60,10 @@ app.kubernetes.io/component: {{ .component }}
   valueFrom:
     secretKeyRef: {name: {{ .Values.database.secretName }}, key: {{ .Values.database.key }}}
 {{- end -}}
+
+{{/* the key stored secrets are encrypted with: the planner and the switch poller only */}}
+{{- define "kvbench.secretsKeyEnv" -}}
+- name: KVBENCH_SECRETS_KEY
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.secretsKey.secretName }}, key: {{ .Values.secretsKey.key }}}
+{{- end -}}

@@ -89,6 +89,10 @@ class NodeInventory(BaseModel):
         default_factory=list, description="LLDP neighbours of the NICs (lldpd): which switch port each is cabled to"
     )
     policy: MachinePolicy | None = Field(None, description="What a plan may run or write here (a real machine's)")
+    public_key: str | None = Field(
+        None,
+        description="The agent's X25519 public key (base64): a secret it needs is sealed to it (kvbench_core.sealing)",
+    )
 
 
 class NodeRegistered(Envelope):

@@ -6,6 +6,7 @@ service's prefix, so one environment file configures a whole deployment.
 
 from __future__ import annotations
 
+import base64
 import functools
 import sys
 from pathlib import Path
@@ -15,8 +16,9 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kvbench_core.bus import NatsAuth, nats_servers
+from kvbench_core.sealing import SealingError, SecretsKey
 
-__all__ = ["ApiTokenSettings", "ServiceSettings", "load_settings", "read_secret_file"]
+__all__ = ["ApiTokenSettings", "SecretsKeySettings", "ServiceSettings", "load_settings", "read_secret_file"]
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -121,6 +123,48 @@ class ApiTokenSettings(ServiceSettings):
         if self.api_token is not None:
             return self.api_token.get_secret_value()
         return _token_in(self.api_token_file) if self.api_token_file else None
+
+
+class SecretsKeySettings(ServiceSettings):
+    """The key stored secrets are encrypted with (kvbench_core.sealing), for the services that read them: the planner
+    and the switch poller. A file (KVBENCH_SECRETS_KEY_FILE, mode 600; what `kvbench up` writes) or the key itself
+    (KVBENCH_SECRETS_KEY, base64 of 32 bytes: `openssl rand -base64 32`, from a Kubernetes Secret)."""
+
+    secrets_key: SecretStr | None = Field(
+        None, validation_alias="KVBENCH_SECRETS_KEY", description="Base64 of the 32-byte key for stored secrets"
+    )
+    secrets_key_file: str | None = Field(
+        None, validation_alias="KVBENCH_SECRETS_KEY_FILE", description="A file (mode 600) holding that key"
+    )
+
+    @field_validator("secrets_key_file")
+    @classmethod
+    def _key_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                SecretsKey.load(Path(value))
+            except OSError as exc:
+                raise ValueError(f"KVBENCH_SECRETS_KEY_FILE: cannot read {value} ({exc.strerror})") from None
+            except SealingError as exc:
+                raise ValueError(f"KVBENCH_SECRETS_KEY_FILE: {exc}; make one with `openssl rand -base64 32`") from None
+        return value
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                SecretsKey(base64.b64decode(value.get_secret_value(), validate=True))
+            except (ValueError, SealingError):
+                raise ValueError("KVBENCH_SECRETS_KEY is not base64 of 32 bytes; make one with `openssl rand -base64 "
+                                 "32`") from None  # fmt: skip
+        return value
+
+    def stored_secrets_key(self) -> SecretsKey | None:
+        """The key, or None when none is set (then no secret can be stored)."""
+        if self.secrets_key is not None:
+            return SecretsKey(base64.b64decode(self.secrets_key.get_secret_value()))
+        return SecretsKey.load(Path(self.secrets_key_file)) if self.secrets_key_file else None
 
 
 @functools.cache

@@ -11,7 +11,6 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import aiohttp
-import nats.js.errors
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kvbench_contracts.commands import RestartEngines, StartStack, StopStack
@@ -31,6 +30,7 @@ from kvbench_core.allowlist import refusals
 from kvbench_core.bus import Bus
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
+from kvbench_core.sealing import AgentKey, SealingError
 from kvbench_core.settings import load_settings
 from kvbench_node_agent.disk_tier import census, fill_warning
 from kvbench_node_agent.fabric import nic_counter_samples
@@ -55,9 +55,11 @@ class NodeAgent:
         self.bus = bus
         self.node_id = settings.node_id
         declared = (settings.sim_gpu, settings.sim_gpus) if settings.sim_gpus else None
+        self._key = AgentKey()  # made now, never written down: a secret for this machine is sealed to it
         self.inventory = collect_inventory(settings.node_id, settings.simulated, settings.group, settings.address,
                                            sim_switch=settings.sim_switch, sim_gpus=declared,
-                                           policy=settings.policy())  # fmt: skip
+                                           policy=settings.policy()).model_copy(
+            update={"public_key": self._key.public_key})  # fmt: skip
         state_dir = Path(settings.state_dir) / settings.node_id
         host = self.inventory.address or "127.0.0.1"
         # a simulated host of a group simulates the GPUs it declares when a plan has no sim section
@@ -221,7 +223,7 @@ class NodeAgent:
             specs = render(ctx).get(self.node_id, [])
         except UnknownStackError as exc:
             raise LaunchError(f"{self.node_id}: {exc}") from exc
-        token = await self._secret(command.hf_token_secret)
+        token = self._secret(command)
         issues = preflight(
             self.node_id,
             specs,
@@ -239,15 +241,17 @@ class NodeAgent:
             command.deployment_id, command.run_id, command.stack, specs, secrets_env, vendor
         )
 
-    async def _secret(self, name: str | None) -> str | None:
-        if not name:
+    def _secret(self, command: StartStack) -> str | None:
+        """The Hugging Face token the planner sealed to this agent's key (an agent reads no stored secret itself)."""
+        if not command.hf_token_sealed:
             return None
-        kv = await self.bus.kv("kvbench_secrets")
         try:
-            entry = await kv.get(name)
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return entry.value.decode() if entry.value else None
+            return self._key.open(command.hf_token_sealed)
+        except SealingError as exc:
+            # sealed to this machine's previous agent (it restarted after the planner read its inventory)
+            raise LaunchError(
+                f"{self.node_id}: the Hugging Face token could not be opened ({exc}); run again"
+            ) from None
 
     async def _publish_ready(self, deployment: Deployment) -> None:
         await self.bus.publish(

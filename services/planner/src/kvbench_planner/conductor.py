@@ -37,6 +37,7 @@ from kvbench_contracts.node import Heartbeat, LoadgenHeartbeat, shard_key
 from kvbench_contracts.plan import JobPoint, Plan, SimCluster, Workload
 from kvbench_contracts.problem import KvbenchError, Problem
 from kvbench_core.bus import Bus
+from kvbench_core.sealing import SealingError, seal_for
 from kvbench_planner.cluster import Machine
 from kvbench_planner.registry import Registry
 from kvbench_planner.settings import PlannerSettings
@@ -384,6 +385,7 @@ class Conductor:
             )
             for n in nodes
         ]
+        token = self._stored_token(workload)
         for node in nodes:
             node_id = str(node["node_id"])
             dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
@@ -408,6 +410,7 @@ class Conductor:
                     routing=workload.measurement.routing,
                     pool=pool,
                     hf_token_secret=workload.hf_token_secret,
+                    hf_token_sealed=_sealed_for(node, token) if token else None,
                 )
             )
         endpoints: list[EngineEndpoint] = []
@@ -455,6 +458,26 @@ class Conductor:
                 "Read the engine log named in the message; the acceptance test needs the engines to restart alone.",
             )
         log.info("engines restarted alone", extra={"run_id": state.run_id, "workload": workload.name})
+
+    def _stored_token(self, workload: Workload) -> str | None:
+        """The workload's Hugging Face token in clear, read from the encrypted store (None: it names none)."""
+        if not workload.hf_token_secret:
+            return None
+        try:
+            token = self.registry.secret_value(workload.hf_token_secret)
+        except SealingError as exc:
+            raise RunFailedError(
+                "secret_unreadable",
+                f"The stored secret {workload.hf_token_secret} could not be opened: {exc}",
+                f"Store it again: kvbench secrets set {workload.hf_token_secret}.",
+            ) from None
+        if token is None:
+            raise RunFailedError(
+                "secret_missing",
+                f"The secret {workload.hf_token_secret} is not stored (it was deleted after the plan was reviewed)",
+                f"Store it: kvbench secrets set {workload.hf_token_secret}, and run again.",
+            )
+        return token
 
     async def _stop_stacks(
         self, state: RunState, deployments: dict[str, str] | list[tuple[str, str]], wait: bool = True
@@ -698,3 +721,15 @@ def _reset_route(workload: Workload) -> str | None:
     """The route that empties the stack's engines' prefix caches while they run (None: only restarting them does)."""
     stack = get_stack(workload.stack)
     return stack.local_cache_reset if stack is not None else "/reset_prefix_cache"
+
+
+def _sealed_for(node: dict[str, Any], token: str) -> str:
+    """``token`` sealed to ``node``'s agent alone (its public key, from the inventory it heartbeats)."""
+    key = node.get("public_key")
+    if not key:
+        raise RunFailedError(
+            "agent_without_key",
+            f"The agent of {node.get('node_id')} publishes no public key, so no secret can be sent to it",
+            "Update kvbench on that machine and restart its agent (kvbench-agent).",
+        )
+    return seal_for(str(key), token)

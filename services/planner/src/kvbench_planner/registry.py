@@ -18,9 +18,10 @@ from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.streams import BUCKETS
 from kvbench_core.bus import Bus
 from kvbench_core.kvmirror import KvMirror
+from kvbench_core.sealing import SealingError, SecretsKey
 from kvbench_planner.cluster import Machine, machine_from_inventory
 
-__all__ = ["NAME_PATTERN", "Registry"]
+__all__ = ["NAME_PATTERN", "Registry", "SecretsKeyMissingError"]
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NODE_TTL_S = next(b.ttl_s for b in BUCKETS if b.name == "kvbench_nodes") or 15.0
@@ -28,10 +29,15 @@ _NODE_TTL_S = next(b.ttl_s for b in BUCKETS if b.name == "kvbench_nodes") or 15.
 log = logging.getLogger("kvbench_planner")
 
 
+class SecretsKeyMissingError(RuntimeError):
+    """The planner was given no key to encrypt secrets with, so it stores none."""
+
+
 class Registry:
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, secrets_key: SecretsKey | None = None) -> None:
         self.bus = bus
         self._mirrors: dict[str, KvMirror] = {}
+        self._secrets_key = secrets_key  # stored secrets are encrypted with it (kvbench_core.sealing)
 
     async def start(self) -> Registry:
         for bucket in ("kvbench_nodes", "kvbench_inventory", "kvbench_groups", "kvbench_secrets", "kvbench_switches"):
@@ -83,7 +89,20 @@ class Registry:
         return True
 
     async def put_secret(self, name: str, value: str) -> None:
-        await self._mirrors["kvbench_secrets"].put(name, value.encode())
+        """Store ``value`` encrypted: the bucket never holds a secret in clear."""
+        if self._secrets_key is None:
+            raise SecretsKeyMissingError(name)
+        await self._mirrors["kvbench_secrets"].put(name, self._secrets_key.encrypt(value))
+
+    def secret_value(self, name: str) -> str | None:
+        """A stored secret in clear, for the planner's own use (sealing it to the agent that needs it); None when no
+        such secret is stored. Raises SealingError when it does not open (stored unencrypted, or under another key)."""
+        stored = self._mirrors["kvbench_secrets"].snapshot().get(name)
+        if stored is None:
+            return None
+        if self._secrets_key is None:
+            raise SealingError("the planner holds no secrets key (KVBENCH_SECRETS_KEY_FILE) to open it with")
+        return self._secrets_key.decrypt(stored)
 
     def secret_names(self) -> list[str]:
         return sorted(self._mirrors["kvbench_secrets"].snapshot())

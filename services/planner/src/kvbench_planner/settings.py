@@ -5,12 +5,12 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from kvbench_core.settings import ApiTokenSettings
+from kvbench_core.settings import ApiTokenSettings, SecretsKeySettings
 
 __all__ = ["PlannerSettings"]
 
 
-class PlannerSettings(ApiTokenSettings):
+class PlannerSettings(ApiTokenSettings, SecretsKeySettings):
     model_config = SettingsConfigDict(env_prefix="KVBENCH_PLANNER_", extra="ignore", frozen=True)
 
     host: str = Field("127.0.0.1", description="Address the REST API listens on")

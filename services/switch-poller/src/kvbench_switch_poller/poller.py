@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.fabric import SwitchConfig, SwitchSampled, SwitchUnread
+from kvbench_core.sealing import SealingError
 from kvbench_switch_poller.gnmi import poll_gnmi
 from kvbench_switch_poller.reading import SwitchPoll, SwitchReadError
 from kvbench_switch_poller.snmp import poll_snmp
@@ -41,9 +42,12 @@ class Poller:
         secrets: Callable[[], dict[str, bytes]],
         publish: Publish,
         poll: PollFn | None = None,
+        open_secret: Callable[[bytes], str] | None = None,
     ) -> None:
-        """``poll``: one reader for every switch (tests); by default each switch's protocol picks its driver."""
+        """``poll``: one reader for every switch (tests); by default each switch's protocol picks its driver.
+        ``open_secret``: a stored secret in clear (kvbench_core.sealing.SecretsKey.decrypt); raises SealingError."""
         self._switches, self._secrets, self._publish, self._poll = switches, secrets, publish, poll
+        self._open = open_secret or _no_key
         self.status: dict[str, SwitchStatus] = {}
         self.failing_rounds = 0  # consecutive polling rounds that failed (health says so)
 
@@ -66,9 +70,16 @@ class Poller:
         if secret is None:
             await self._unread(config, status, f"switch {config.name}: its secret {config.secret!r} is not stored")
             return
+        try:
+            credential = self._open(secret)
+        except SealingError as exc:
+            await self._unread(
+                config, status, f"switch {config.name}: its secret {config.secret!r} cannot be read: {exc}"
+            )
+            return
         read = self._poll or DRIVERS[config.protocol]
         try:
-            result = await read(config, secret.decode())
+            result = await read(config, credential)
         except SwitchReadError as exc:
             await self._unread(config, status, str(exc))
             return
@@ -98,3 +109,7 @@ class Poller:
             if remaining > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), remaining)
+
+
+def _no_key(_: bytes) -> str:
+    raise SealingError("the switch poller holds no secrets key (KVBENCH_SECRETS_KEY_FILE, the planner's)")

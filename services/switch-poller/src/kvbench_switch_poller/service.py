@@ -20,7 +20,7 @@ from kvbench_core.kvmirror import KvMirror
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.service import run_service
-from kvbench_core.settings import ServiceSettings, load_settings
+from kvbench_core.settings import SecretsKeySettings, load_settings
 from kvbench_switch_poller.poller import Poller
 
 __all__ = ["SwitchPollerSettings", "main", "run"]
@@ -28,7 +28,7 @@ __all__ = ["SwitchPollerSettings", "main", "run"]
 log = logging.getLogger("kvbench_switch_poller")
 
 
-class SwitchPollerSettings(ServiceSettings):
+class SwitchPollerSettings(SecretsKeySettings):
     model_config = SettingsConfigDict(env_prefix="KVBENCH_SWITCH_POLLER_", extra="ignore", frozen=True)
 
     ops_port: int = Field(0, ge=0, le=65535, description="Port of /healthz and /metrics (0 = any free port)")
@@ -61,7 +61,10 @@ async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(switches.stop)
         stack.push_async_callback(secrets.stop)
         unread = Gauge(metric_name("switch_poller", "switches_unread", "count"), "Switches not read", registry=registry)
-        poller = Poller(switches.snapshot, secrets.snapshot, bus.publish)
+        key = settings.stored_secrets_key()
+        if key is None:
+            log.warning("no secrets key (KVBENCH_SECRETS_KEY_FILE): no switch login can be read")
+        poller = Poller(switches.snapshot, secrets.snapshot, bus.publish, open_secret=key.decrypt if key else None)
         polling.append(poller)
 
         async def count() -> None:

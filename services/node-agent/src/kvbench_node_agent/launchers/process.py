@@ -8,6 +8,7 @@ import functools
 import os
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from kvbench_contracts.events import EngineEndpoint
@@ -34,8 +35,11 @@ def docker_argv(
     run_dir: Path,
     vendor: str = "nvidia",
     rdma: bool = False,
-    extra_env: dict[str, str] | None = None,
+    secret_names: Collection[str] = (),
 ) -> list[str]:
+    """``docker run`` for one process. ``secret_names``: variables the container gets from the environment of the
+    ``docker`` command itself (``-e NAME``, no value): a secret's value never appears on a command line, where any
+    user of the machine could read it (``ps``)."""
     argv, env = materialize(spec, run_dir)
     out = [
         "docker",
@@ -60,8 +64,10 @@ def docker_argv(
             out += ["--gpus", f'"device={",".join(str(g) for g in spec.gpus)}"']
     if rdma:
         out += ["--device", "/dev/infiniband", "--ulimit", "memlock=-1", "--cap-add", "IPC_LOCK"]
-    for key, value in sorted({**env, **(extra_env or {})}.items()):
+    for key, value in sorted(env.items()):
         out += ["-e", f"{key}={value}"]
+    for name in sorted(secret_names):
+        out += ["-e", name]
     return [*out, spec.image or "MISSING-IMAGE", *argv]
 
 
@@ -117,13 +123,16 @@ class ProcessLauncher:
             for spec in specs:
                 log_path = run_dir / f"{spec.name}.log"
                 if self.name == "docker":
-                    argv = docker_argv(spec, deployment_id, run_dir, vendor, extra_env=secrets_env)
+                    argv = docker_argv(spec, deployment_id, run_dir, vendor, secret_names=list(secrets_env or {}))
                     container = argv[argv.index("--name") + 1]
-                    await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, timeout=600)
+                    docker_env = {**os.environ, **(secrets_env or {})}
+                    await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, timeout=600,
+                                            env=docker_env)  # fmt: skip
                     logs = ["docker", "logs", "-f", container]
                     proc = spawn(logs, log_path, tie_to_parent=True)
                     process = ManagedProcess(spec.name, proc, log_path, container=container, role=spec.role)
-                    process.relaunch = functools.partial(self._rerun_container, spec, argv, container, log_path)
+                    process.relaunch = functools.partial(self._rerun_container, spec, argv, container, log_path,
+                                                         docker_env)  # fmt: skip
                     deployment.processes.append(process)
                     await self._wait(spec, process)
                 else:
@@ -161,16 +170,15 @@ class ProcessLauncher:
         else:
             await wait_tcp(port, process, self._health_timeout_s)
 
-    async def _rerun_container(
-        self, spec: ProcessSpec, argv: list[str], container: str, log_path: Path
-    ) -> ManagedProcess:
+    async def _rerun_container(self, spec: ProcessSpec, argv: list[str], container: str, log_path: Path,
+                               env: dict[str, str]) -> ManagedProcess:  # fmt: skip
         """The container run again as it was first run (stopping removed it: containers run with --rm)."""
         await asyncio.to_thread(subprocess.run, ["docker", "rm", "-f", container], capture_output=True, timeout=60,
                                 check=False)  # fmt: skip
-        await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, timeout=600)
+        await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, timeout=600, env=env)
         proc = spawn(["docker", "logs", "-f", container], log_path, tie_to_parent=True)
         process = ManagedProcess(spec.name, proc, log_path, container=container, role=spec.role)
-        process.relaunch = functools.partial(self._rerun_container, spec, argv, container, log_path)
+        process.relaunch = functools.partial(self._rerun_container, spec, argv, container, log_path, env)
         await self._wait(spec, process)
         return process
 

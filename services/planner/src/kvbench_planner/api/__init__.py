@@ -20,7 +20,7 @@ from kvbench_planner.api.deps import AsciiJSONResponse, PlannerMetrics
 from kvbench_planner.api.openapi import PLAN_DEFS
 from kvbench_planner.api.routes import catalog, machines, ops, plans, runs, secrets, switches
 from kvbench_planner.conductor import CONTROL_EVENTS, Conductor
-from kvbench_planner.registry import Registry
+from kvbench_planner.registry import Registry, SecretsKeyMissingError
 from kvbench_planner.settings import PlannerSettings
 
 __all__ = ["create_app"]
@@ -47,7 +47,7 @@ def create_app(settings: PlannerSettings) -> FastAPI:
             auth=settings.nats_auth(),
             replicas=settings.nats_replicas,
         ) as bus:
-            registry = await Registry(bus).start()
+            registry = await Registry(bus, settings.stored_secrets_key()).start()
             conductor = Conductor(bus, settings, registry)
             app.state.conductor, app.state.bus, app.state.registry = conductor, bus, registry
             bus.subscribe(
@@ -71,6 +71,17 @@ def create_app(settings: PlannerSettings) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     _describe_plan_body(app)
+
+    @app.exception_handler(SecretsKeyMissingError)
+    async def no_secrets_key(_: Request, exc: SecretsKeyMissingError) -> JSONResponse:
+        problem = {
+            "field": "KVBENCH_SECRETS_KEY_FILE",
+            "code": "no_secrets_key",
+            "message": "The planner holds no key to encrypt secrets with, so it stores none",
+            "fix": "Give the planner (and the switch poller) KVBENCH_SECRETS_KEY_FILE, a file holding `openssl rand "
+            "-base64 32`, or KVBENCH_SECRETS_KEY; `kvbench up` makes one.",
+        }
+        return AsciiJSONResponse({"detail": [problem]}, status_code=409)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
