@@ -19,6 +19,7 @@ import yaml
 
 from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
+from kvbench_cli.main import main
 
 from .conftest import ROOT
 
@@ -66,19 +67,25 @@ def test_agents_on_two_hosts_join_a_listening_control_plane_and_run_a_plan(
         state = deployment.up(sim_machines=0, database_url=fresh_database, listen=control, tie_to_parent=True)
         assert state.nats_url.startswith(f"nats://{control}:")
         assert state.api_url.startswith(f"http://{control}:")
-        assert state.nats_token_file
+        assert state.nats_users  # the bus takes only its users
         assert state.api_token_file
         token = Path(state.api_token_file).read_text().strip()
         clean = {k: v for k, v in os.environ.items() if not k.startswith("KVBENCH_")}
         for ns, address in hosts:
-            host_dir = tmp_path / ns  # what an operator copies to the machine: the bus token, mode 600
+            # what an operator does for each machine: make its agent's bus user on the control machine, copy the
+            # password file there (mode 600); the running bus takes the new user without a restart
+            with pytest.raises(SystemExit) as made:
+                main(["--state-dir", str(tmp_path / "control"), "agent-credentials", ns])
+            assert made.value.code == 0
+            host_dir = tmp_path / ns
             host_dir.mkdir()
-            token_copy = host_dir / "nats-token"
-            shutil.copy(state.nats_token_file, token_copy)
-            token_copy.chmod(0o600)
+            password = host_dir / "nats-password"
+            shutil.copy(tmp_path / "control" / "secrets" / "nats-users" / f"agent-{ns}", password)
+            password.chmod(0o600)
             argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "kvbench_node_agent.cli", "--nats", state.nats_url,
-                    "--nats-token-file", str(token_copy), "--node-id", ns, "--group", "lab", "--address", address,
-                    "--simulated", "--sim-gpus", "1", "--state-dir", str(host_dir / "state")]  # fmt: skip
+                    "--nats-user", f"agent-{ns}", "--nats-password-file", str(password), "--node-id", ns,
+                    "--group", "lab", "--address", address, "--simulated", "--sim-gpus", "1",
+                    "--state-dir", str(host_dir / "state")]  # fmt: skip
             with (host_dir / "agent.log").open("wb") as log:
                 agents.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=clean))
 

@@ -17,16 +17,16 @@ import httpx
 import pytest
 
 from kvbench_cli.api import Endpoints, fetch_report
+from kvbench_cli.bususers import BusUsers
 from kvbench_cli.deployment import LocalDeployment
 from kvbench_cli.main import main
 from kvbench_core.bus import Bus, NatsAuth
-from kvbench_core.settings import read_secret_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-async def _replicas(url: str, token: str) -> dict[str, int]:
-    async with Bus.connect(url, name="cluster-test", auth=NatsAuth(token)) as bus:
+async def _replicas(url: str, auth: NatsAuth) -> dict[str, int]:
+    async with Bus.connect(url, name="cluster-test", auth=auth) as bus:
         streams = {name: (await bus.js.stream_info(name)).config.num_replicas or 1
                    for name in ("KVBENCH_CONTROL", "KVBENCH_CMD", "KVBENCH_RECORDS", "KVBENCH_TELEMETRY")}  # fmt: skip
         runs = await bus.js.stream_info("KV_kvbench_runs")
@@ -65,8 +65,7 @@ def test_a_three_server_bus_loses_its_leader_mid_run_and_loses_nothing(
     try:
         assert len(state.nats_url.split(",")) == 3
         assert state.base_env["KVBENCH_NATS_REPLICAS"] == "3"
-        token = read_secret_file(Path(str(state.nats_token_file)))
-        assert set(asyncio.run(_replicas(state.nats_url, token)).values()) == {3}
+        assert set(asyncio.run(_replicas(state.nats_url, BusUsers(state_dir).auth("admin"))).values()) == {3}
         code, status = _status(state_dir, capsys)
         assert code == 0, status
         assert sorted(s["role"] for s in status["nats"]) == ["follower", "follower", "leader"]

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -21,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from kvbench_cli.bususers import BusUsers, agent_user
+from kvbench_core.bus import Bus, NatsAuth
 from kvbench_core.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres
 from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid
 from kvbench_core.sealing import SecretsKey
@@ -53,6 +56,7 @@ class DeploymentState:
     nats_pid: int | None = None
     # every NATS server `up` started (one, or a cluster's): name, pid, url, listen, monitor_port
     nats_servers: list[dict[str, Any]] = field(default_factory=list)
+    nats_users: bool = False  # the bus takes only its users (.kvbench/secrets/nats-users), each with its permissions
     pg_dir: str | None = None
     services: list[ServiceRecord] = field(default_factory=list)
     sim_machines: int = 0
@@ -127,17 +131,27 @@ class LocalDeployment:
         )
         host = listen or "127.0.0.1"
         try:
+            users = BusUsers(self.state_dir)
             if not nats_url:
-                # the bus always wants a token (kept across up and down, so agents keep theirs)
-                token_file = self._secret_file("nats-token")
-                state.nats_token_file = str(token_file)
-                token = read_secret_file(token_file)
+                # the bus takes only its users (kept across up and down, so agents keep theirs), each with the
+                # subject permissions of its role: the services', and an agent per simulated machine
+                for user, role in (("admin", "admin"), ("planner", "planner"), ("reporter", "reporter"),
+                                   ("switch-poller", "switch_poller"), ("sim-switch", "sim_switch")):  # fmt: skip
+                    users.ensure(user, role)  # type: ignore[arg-type]  # each a Role
+                for i in range(loadgens):
+                    users.ensure(f"loadgen-{i}", "loadgen", shard=f"loadgen-{i}")
+                for i in range(sim_machines):
+                    users.ensure(agent_user(f"sim-{i}"), "node_agent", node_id=f"sim-{i}")
+                state.nats_users = True
+                token = None
                 if nats_cluster > 1:
                     ports = [
                         self._port(state, f"NATS server {k + 1}", host, DEFAULT_PORTS["nats"] + k if listen else 0)
                         for k in range(nats_cluster)
                     ]
-                    cluster = EmbeddedNatsCluster(self.state_dir / "nats", nats_cluster, host, token, ports)
+                    cluster = EmbeddedNatsCluster(
+                        self.state_dir / "nats", nats_cluster, host, token, ports, users.block()
+                    )
                     try:
                         cluster.start()
                     finally:  # recorded even when it failed to elect a leader, so `down` stops what did start
@@ -146,11 +160,16 @@ class LocalDeployment:
                     state.nats_url = cluster.url
                 else:
                     port = self._port(state, "NATS", host, DEFAULT_PORTS["nats"] if listen else 0)
-                    nats = EmbeddedNats(self.state_dir / "nats", port=port, listen=host, token=token)
+                    nats = EmbeddedNats(
+                        self.state_dir / "nats", port=port, listen=host, token=token, users=users.block()
+                    )
                     nats.start()
                     state.nats_url, state.nats_pid = nats.url, nats.pid
                     state.nats_servers = [_server_record(nats)]
                 state.save(self.state_path)
+                # the streams and buckets are the administrator's to create: no service may
+                replicas = min(3, nats_cluster)
+                asyncio.run(_create_streams(state.nats_url, users.auth("admin"), replicas))
             if listen:
                 state.api_token_file = str(self._secret_file("api-token"))
             if not database_url:
@@ -181,7 +200,9 @@ class LocalDeployment:
                 state.base_env["KVBENCH_API_TOKEN_FILE"] = state.api_token_file
             env = self._env(state)
 
-            def start(name: str, module: str, health: str | None, extra: dict[str, str] | None = None) -> None:
+            def start(name: str, module: str, health: str | None, extra: dict[str, str] | None = None,
+                      user: str | None = None) -> None:  # fmt: skip
+                extra = {**(extra or {}), **(users.env(user or name) if state.nats_users else {})}
                 log = log_dir / f"{name}.log"
                 proc = spawn([sys.executable, "-m", module], log, {**env, **(extra or {})}, tie_to_parent=tie_to_parent)
                 state.services.append(ServiceRecord(name, proc.pid, str(log), health, module, dict(extra or {})))
@@ -210,6 +231,7 @@ class LocalDeployment:
                     "kvbench_loadgen",
                     health,
                     {"KVBENCH_LOADGEN_SHARD_ID": f"loadgen-{i}", **port_env},
+                    user=f"loadgen-{i}",
                 )
             health, port_env = ops("KVBENCH_SWITCH_POLLER_OPS_PORT")
             start(
@@ -225,9 +247,10 @@ class LocalDeployment:
                 switch = [sys.executable, "-m", "kvbench_sim.switch", "--name", str(state.sim_switch)]
                 switch += ["--port", str(switch_port), "--machines", str(sim_machines), "--nats-url", state.nats_url]
                 log = log_dir / "sim-switch.log"
-                proc = spawn(
-                    switch, log, {**env, "KVBENCH_SIM_SWITCH_COMMUNITY": community}, tie_to_parent=tie_to_parent
-                )
+                switch_env = {**env, "KVBENCH_SIM_SWITCH_COMMUNITY": community}
+                if state.nats_users:
+                    switch_env |= users.env("sim-switch")
+                proc = spawn(switch, log, switch_env, tie_to_parent=tie_to_parent)
                 state.services.append(ServiceRecord("sim-switch", proc.pid, str(log), None, "kvbench_sim.switch", {}))
                 state.save(self.state_path)
             for i in range(sim_machines):
@@ -236,7 +259,8 @@ class LocalDeployment:
                     f"node-agent-sim-{i}",
                     "kvbench_node_agent",
                     health,
-                    {
+                    user=agent_user(f"sim-{i}"),
+                    extra={
                         **port_env,
                         "KVBENCH_NODE_AGENT_NODE_ID": f"sim-{i}",
                         "KVBENCH_NODE_AGENT_SIMULATED": "true",
@@ -419,3 +443,16 @@ def nats_server_view(record: dict[str, Any]) -> dict[str, Any]:
     alive = bool(server.pid) and pid_alive(int(server.pid or 0))
     return {"name": record["name"], "pid": record.get("pid"), "url": record["url"], "running": alive,
             "role": server.role() if alive else "down"}  # fmt: skip
+
+
+async def _create_streams(url: str, auth: NatsAuth, replicas: int) -> None:
+    """Every stream and bucket, created by the bus's administrator (the services may only use them)."""
+    async with Bus.connect(url, name="kvbench-up", auth=auth, replicas=replicas):
+        pass
+
+
+def reload_bus_users(state: DeploymentState, block: str) -> None:
+    """Every NATS server `up` started takes ``block`` (its users and their permissions) without a restart."""
+    for record in state.nats_servers:
+        if record.get("pid") and pid_alive(int(record["pid"])):
+            EmbeddedNats(Path(record["data_dir"]), pid=int(record["pid"])).reload_users(block)

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.streams import BUCKETS, STREAMS, StreamSpec, stream_for_subject
+from kvbench_core.access import inbox_prefix
 from kvbench_core.metrics import metric_name
 
 __all__ = ["Bus", "BusMetrics", "NatsAuth", "Subscription", "nats_servers"]
@@ -82,6 +83,8 @@ class NatsAuth:
 
     token: str | None = field(default=None, repr=False)
     creds_file: str | None = None
+    user: str | None = None  # a user of its own with subject permissions (kvbench_core.access), with its password
+    password: str | None = field(default=None, repr=False)
 
     def connect_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {}
@@ -89,6 +92,9 @@ class NatsAuth:
             options["token"] = self.token
         if self.creds_file:
             options["user_credentials"] = self.creds_file
+        if self.user:
+            # replies come back on the user's own inbox prefix: its permissions let it read nobody else's
+            options.update(user=self.user, password=self.password or "", inbox_prefix=inbox_prefix(self.user))
         return options
 
 

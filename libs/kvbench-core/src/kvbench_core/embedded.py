@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +24,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kvbench_core.procs import free_port, pid_alive, stop_pid, wait_port
 
@@ -79,6 +81,9 @@ class EmbeddedNats:
     log_path: Path | None = None
     listen: str = "127.0.0.1"
     token: str | None = field(default=None, repr=False)
+    # instead of a token: users with subject permissions (kvbench_core.access.nats_users_block), kept in a file of
+    # their own that `reload_users` rewrites (adding a machine's agent without a restart)
+    users: str | None = field(default=None, repr=False)
     # a member of a cluster (EmbeddedNatsCluster): its name, its route port, the other members' route ports, the
     # routes' shared secret and its monitoring port (where `kvbench status` asks who leads JetStream)
     server_name: str | None = None
@@ -99,7 +104,10 @@ class EmbeddedNats:
         config = self.data_dir / "nats.conf"
         lines = [f"listen: {json.dumps(f'{self.listen}:{self.port}')}",
                  f"jetstream {{ store_dir: {json.dumps(str(self.data_dir))} }}"]  # fmt: skip
-        if self.token:
+        if self.users:
+            self._write_users(self.users)
+            lines.append('include "users.conf"')
+        elif self.token:
             lines.append(f"authorization {{ token: {json.dumps(self.token)} }}")
         if self.server_name:
             lines.append(f"server_name: {json.dumps(self.server_name)}")
@@ -137,16 +145,38 @@ class EmbeddedNats:
             stop_pid(self.pid, timeout_s=15)
             self.pid = None
 
+    def _write_users(self, block: str) -> None:
+        path = self.data_dir / "users.conf"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(block + "\n")
+
+    def reload_users(self, block: str) -> None:
+        """New users and permissions, taken by the running server at once (its configuration reloaded)."""
+        self.users = block
+        self._write_users(block)
+        if self.pid:
+            os.kill(self.pid, signal.SIGHUP)
+
+    def meta_cluster(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """The server's view of JetStream's meta group (its leader, its peers), from its monitoring port."""
+        try:
+            with urllib.request.urlopen(f"http://{self.host}:{self.monitor_port}/jsz", timeout=timeout_s) as answer:
+                meta = json.load(answer).get("meta_cluster") or {}
+        except (OSError, ValueError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
+
     def role(self, timeout_s: float = 2.0) -> str:
         """``leader`` or ``follower`` of the cluster's JetStream meta group (``standalone`` outside a cluster),
         ``down`` when the server does not answer its monitoring port."""
         if not self.monitor_port:
             return "standalone" if self.pid and pid_alive(self.pid) else "down"
-        try:
-            with urllib.request.urlopen(f"http://{self.host}:{self.monitor_port}/jsz", timeout=timeout_s) as answer:
-                leader = (json.load(answer).get("meta_cluster") or {}).get("leader")
-        except (OSError, ValueError):
+        meta = self.meta_cluster(timeout_s)
+        if not meta:
             return "down"
+        leader = meta.get("leader")
         return "leader" if leader == self.server_name else "follower" if leader else "electing"
 
 
@@ -161,6 +191,7 @@ class EmbeddedNatsCluster:
     listen: str = "127.0.0.1"
     token: str | None = field(default=None, repr=False)
     ports: list[int] = field(default_factory=list)  # client ports, one per member (free ones when empty)
+    users: str | None = field(default=None, repr=False)  # as EmbeddedNats.users, the same on every member
     servers: list[EmbeddedNats] = field(default_factory=list)
 
     @property
@@ -184,18 +215,30 @@ class EmbeddedNatsCluster:
                 peers=[p for j, p in enumerate(routes) if j != k],
                 route_secret=secret,
                 monitor_port=free_port(),
+                users=self.users,
             )
             for k in range(self.size)
         ]
         for server in self.servers:
             server.start()
         deadline = time.monotonic() + ready_timeout_s
-        while not any(server.role() == "leader" for server in self.servers):  # JetStream answers once one leads
+        # JetStream answers once one server leads; a stream of three replicas is placed once every server is a
+        # current peer of the leader's
+        while not self._formed():
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the NATS cluster elected no JetStream leader within {ready_timeout_s:.0f} s")
             time.sleep(0.2)
         return self
+
+    def _formed(self) -> bool:
+        for server in self.servers:
+            if server.role() != "leader":
+                continue
+            meta = server.meta_cluster()
+            peers = [p for p in meta.get("replicas") or [] if p.get("current")]
+            return len(peers) >= len(self.servers) - 1
+        return False
 
     def stop(self) -> None:
         for server in self.servers:

@@ -53,12 +53,32 @@ class ServiceSettings(BaseSettings):
     nats_creds: str | None = Field(
         None, validation_alias="KVBENCH_NATS_CREDS", description="A NATS credentials file (nkey and JWT) for the bus"
     )
+    nats_user: str | None = Field(
+        None,
+        validation_alias="KVBENCH_NATS_USER",
+        description="This service's own NATS user, with subject permissions (kvbench up makes one per service and "
+        "per machine; kvbench agent-credentials NODE for a GPU machine's agent)",
+    )
+    nats_password_file: str | None = Field(
+        None,
+        validation_alias="KVBENCH_NATS_PASSWORD_FILE",
+        description="A file (mode 600) holding that user's password",
+    )
 
     @field_validator("nats_token_file")
     @classmethod
     def _token_file(cls, value: str | None) -> str | None:
         if value is not None and not _readable(Path(value)):
             raise ValueError(f"cannot read the bus token file {value}; copy it from the control machine (mode 600)")
+        return value
+
+    @field_validator("nats_password_file")
+    @classmethod
+    def _password_file(cls, value: str | None) -> str | None:
+        if value is not None and not _readable(Path(value)):
+            raise ValueError(
+                f"KVBENCH_NATS_PASSWORD_FILE: cannot read {value}; copy the agent's credentials (mode 600)"
+            )
         return value
 
     @field_validator("nats_creds")
@@ -82,7 +102,8 @@ class ServiceSettings(BaseSettings):
         token = self.nats_token.get_secret_value() if self.nats_token else None
         if token is None and self.nats_token_file:
             token = read_secret_file(Path(self.nats_token_file))
-        return NatsAuth(token, self.nats_creds)
+        password = read_secret_file(Path(self.nats_password_file)) if self.nats_password_file else None
+        return NatsAuth(token, self.nats_creds, self.nats_user, password)
 
 
 class ApiTokenSettings(ServiceSettings):

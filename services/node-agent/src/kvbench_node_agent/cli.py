@@ -28,6 +28,8 @@ FLAGS = {
     "nats": "KVBENCH_NATS_URL",
     "nats_token_file": "KVBENCH_NATS_TOKEN_FILE",
     "nats_creds": "KVBENCH_NATS_CREDS",
+    "nats_user": "KVBENCH_NATS_USER",
+    "nats_password_file": "KVBENCH_NATS_PASSWORD_FILE",
     "node_id": "KVBENCH_NODE_AGENT_NODE_ID",
     "group": "KVBENCH_NODE_AGENT_GROUP",
     "address": "KVBENCH_NODE_AGENT_ADDRESS",
@@ -53,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nats", metavar="URL", help="the control plane's bus, e.g. nats://10.0.0.1:4222")
     parser.add_argument("--nats-token-file", metavar="FILE", help="the bus token copied from the control machine")
     parser.add_argument("--nats-creds", metavar="FILE", help="or a NATS credentials file (nkey and JWT)")
+    parser.add_argument(
+        "--nats-user", metavar="NAME", help="this machine's own bus user (`kvbench agent-credentials NODE` makes it)"
+    )
+    parser.add_argument("--nats-password-file", metavar="FILE", help="that user's password, copied here (mode 600)")
     parser.add_argument("--node-id", help="this machine's stable id (default: its short host name)")
     parser.add_argument("--group", help="the cluster group it joins (lowercase letters, digits, dashes)")
     parser.add_argument("--address", help="the address other machines reach this one at (default: its host name)")
@@ -115,8 +121,8 @@ def check_state_dir(path: Path) -> None:
 
 
 def check_bus(url: str, auth: NatsAuth, timeout_s: float = 5.0) -> None:
-    """The bus answers at ``url`` and takes this machine's token."""
-    parts = urlsplit(url)
+    """The bus answers at ``url`` (the first of a cluster's URLs) and takes this machine's credentials."""
+    parts = urlsplit(nats_servers(url)[0])
     host, port = parts.hostname or "127.0.0.1", parts.port or 4222
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
@@ -140,9 +146,13 @@ async def _try_connect(url: str, auth: NatsAuth, timeout_s: float) -> None:
     except Exception as exc:  # nats-py raises its own errors and plain ones alike
         refused = "authorization" in str(exc).lower()
         raise AgentConfigError(
-            "--nats-token-file (KVBENCH_NATS_TOKEN_FILE)" if refused else "--nats (KVBENCH_NATS_URL)",
+            "--nats-user and --nats-password-file (KVBENCH_NATS_USER, KVBENCH_NATS_PASSWORD_FILE)"
+            if refused
+            else "--nats (KVBENCH_NATS_URL)",
             f"the bus at {url} refused this machine: {exc}" if refused else f"cannot join the bus at {url}: {exc}",
-            "copy the control machine's .kvbench/secrets/nats-token here (mode 600) and pass --nats-token-file"
+            "run `kvbench agent-credentials NODE` on the control machine, copy the password file it names here "
+            "(mode 600) and pass --nats-user agent-NODE --nats-password-file FILE (a bus with a shared token: "
+            "--nats-token-file)"
             if refused
             else "check the address, and that the control plane is up (`kvbench status` there)",
         ) from None

@@ -28,6 +28,7 @@ from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 from pysnmp.proto.rfc1902 import Counter32, Counter64, Gauge32, Integer32, OctetString, TimeTicks
 
+from kvbench_core.bus import NatsAuth, nats_servers
 from kvbench_core.settings import read_secret_file
 
 __all__ = ["SimSwitch", "SnmpV2cResponder", "main"]
@@ -176,10 +177,16 @@ class SnmpV2cResponder(asyncio.DatagramProtocol):
         return encoded
 
 
-def _bus_token() -> str | None:
-    """The bus's token: a file path in the environment (KVBENCH_NATS_TOKEN_FILE), as for every service."""
+def _bus_auth() -> NatsAuth:
+    """The bus's credentials as every service takes them (KVBENCH_NATS_USER and KVBENCH_NATS_PASSWORD_FILE, or
+    KVBENCH_NATS_TOKEN_FILE): file paths in the environment, never the secrets themselves."""
     token_file = os.environ.get("KVBENCH_NATS_TOKEN_FILE")
-    return read_secret_file(Path(token_file)) if token_file else None
+    password_file = os.environ.get("KVBENCH_NATS_PASSWORD_FILE")
+    return NatsAuth(
+        token=read_secret_file(Path(token_file)) if token_file else None,
+        user=os.environ.get("KVBENCH_NATS_USER"),
+        password=read_secret_file(Path(password_file)) if password_file else None,
+    )
 
 
 async def _run(args: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -192,9 +199,8 @@ async def _run(args: argparse.Namespace, stop: asyncio.Event) -> None:
     transport, _ = await loop.create_datagram_endpoint(
         lambda: SnmpV2cResponder(args.community, switch.table), local_addr=(args.host, args.port)
     )
-    token = _bus_token()
-    servers = [u.strip() for u in args.nats_url.split(",") if u.strip()]  # a cluster's URLs, comma-separated
-    nc = await nats.connect(servers=servers, name=f"sim-switch-{args.name}", **({"token": token} if token else {}))
+    servers = nats_servers(args.nats_url)  # a cluster's URLs, comma-separated
+    nc = await nats.connect(servers=servers, name=f"sim-switch-{args.name}", **_bus_auth().connect_options())
 
     async def on_sample(msg: Any) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,11 @@ import httpx
 from rich.markup import escape
 from rich.table import Table
 
+from kvbench_cli.bususers import BusUsers, agent_user
 from kvbench_cli.console import (
     console,
 )
-from kvbench_cli.deployment import LocalDeployment, nats_server_view
+from kvbench_cli.deployment import LocalDeployment, nats_server_view, reload_bus_users
 from kvbench_core.procs import pid_alive
 
 __all__ = ["register"]
@@ -38,7 +40,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     console.print(f"kvbench is up ({args.sim_machines} simulated machines{speed})")
     console.print(f"  API      {state.api_url}   (OpenAPI: {state.api_url}/openapi.json)")
     console.print(f"  reports  {state.report_url}/v1/runs/<run_id>/report.html")
-    console.print(f"  bus      {state.nats_url}" + ("   (token required)" if state.nats_token_file else ""))
+    console.print(
+        f"  bus      {state.nats_url}" + ("   (a user of its own per service and agent)" if state.nats_users else "")
+    )
     if len(state.nats_servers) > 1:
         console.print(f"           a cluster of {len(state.nats_servers)} NATS servers, every stream and bucket "
                       f"replicated {state.base_env.get('KVBENCH_NATS_REPLICAS', '1')} times")  # fmt: skip
@@ -52,14 +56,42 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def print_agent_line(state: Any) -> None:
     """What to run on each GPU machine so its agent joins this control plane (docs/cluster.md)."""
-    console.print("\nOn each GPU machine (docs/cluster.md): copy the bus token there, readable by root only:")
-    console.print(f"  scp {state.nats_token_file} root@GPU-HOST:/etc/kvbench/nats-token   # then chmod 600 it")
-    console.print("and start its agent (it keeps running after you log out; or install deploy/systemd/):")
+    console.print("\nFor each GPU machine (docs/cluster.md): make its agent's own bus user here,")
+    console.print("  kvbench agent-credentials GPU-HOST")
+    console.print("copy the password file it names to the machine (readable by root only), and start its agent there:")
     console.print(
-        f"  kvbench-agent --nats {state.nats_url} --nats-token-file /etc/kvbench/nats-token "
-        "--group lab --node-id $(hostname -s) --detach"
+        f"  kvbench-agent --nats {state.nats_url} --nats-user agent-GPU-HOST --nats-password-file "
+        "/etc/kvbench/nats-password --group lab --node-id GPU-HOST --detach"
     )
     console.print(f"API token for the CLI elsewhere: KVBENCH_API_TOKEN from {state.api_token_file}")
+
+
+NODE_ID = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+
+def cmd_agent_credentials(args: argparse.Namespace) -> int:
+    """A GPU machine's agent gets a bus user of its own: it reads only its own commands and publishes only its own
+    facts. The running NATS servers take the new user at once (their configuration reloaded)."""
+    state = LocalDeployment(Path(args.state_dir)).load()
+    if state is None or not state.nats_users:
+        console.print("[red]error:[/red] kvbench is not up with its own bus (kvbench up); an external NATS has its "
+                      "own users")  # fmt: skip
+        return 1
+    if not NODE_ID.match(args.node_id):
+        console.print(f"[red]error:[/red] node id {args.node_id!r}: use letters, digits, dashes and underscores "
+                      "(the agent's --node-id, e.g. its short host name)")  # fmt: skip
+        return 2
+    users = BusUsers(Path(args.state_dir))
+    user = agent_user(args.node_id)
+    password = users.ensure(user, "node_agent", node_id=args.node_id)
+    reload_bus_users(state, users.block())
+    console.print(f"bus user {user} for the agent of {args.node_id}; its password is in {password}")
+    console.print(f"  scp {password} root@{args.node_id}:/etc/kvbench/nats-password   # then chmod 600 it")
+    console.print(
+        f"  kvbench-agent --nats {state.nats_url} --nats-user {user} --nats-password-file /etc/kvbench/nats-password "
+        f"--node-id {args.node_id} --group lab --detach"
+    )
+    return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -176,12 +208,17 @@ def register(sub: Any) -> None:
         metavar="ADDR",
         default=None,
         help="serve NATS (4222), the planner (8700) and the reporter (8701) on ADDR, where GPU machines' agents "
-        "reach them, with a bus token and an API token (default: loopback only)",
+        "reach them, with bus users per agent (kvbench agent-credentials) and an API token (default: loopback only)",
     )
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop exactly what `up` started (earlier runs' results stay)")
     down.add_argument("--wipe", action="store_true", help="also delete every earlier run's results (database, bus)")
     down.set_defaults(func=cmd_down)
+    credentials = sub.add_parser(
+        "agent-credentials", help="make a GPU machine's agent its own bus user (prints what to copy and run there)"
+    )
+    credentials.add_argument("node_id", metavar="NODE", help="the machine's --node-id (e.g. its short host name)")
+    credentials.set_defaults(func=cmd_agent_credentials)
     status = sub.add_parser("status", help="what `up` started, and whether it is healthy")
     status.add_argument(
         "--json", action="store_true", help="print it as JSON (every NATS server with its pid and role)"

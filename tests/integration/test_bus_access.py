@@ -1,0 +1,124 @@
+"""The bus's users and their permissions (kvbench_core.access) on a real NATS: a client with no credentials is refused,
+an agent reads only its own commands and writes only its own keys, and nobody but the planner and the switch poller
+reads the secrets bucket. What a user may not do never happens: the message is not stored, the key not written."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import nats.errors
+import nats.js.errors
+import pytest
+
+from kvbench_contracts.commands import StartStack
+from kvbench_contracts.events import JobStarted
+from kvbench_core.access import Role, nats_users_block, permissions_for
+from kvbench_core.bus import Bus, NatsAuth
+from kvbench_core.embedded import EmbeddedNats
+
+pytestmark = pytest.mark.integration
+
+USERS: dict[str, tuple[Role, str]] = {
+    "admin": ("admin", ""),
+    "planner": ("planner", ""),
+    "loadgen-0": ("loadgen", ""),
+    "reporter": ("reporter", ""),
+    "agent-gpu1": ("node_agent", "gpu1"),
+    "agent-gpu2": ("node_agent", "gpu2"),
+}
+PASSWORDS = {user: secrets.token_urlsafe(16) for user in USERS}
+
+
+@pytest.fixture
+async def bus_url(tmp_path: Path) -> AsyncIterator[str]:
+    block = nats_users_block([
+        (user, PASSWORDS[user], permissions_for(role, user, node_id=node, shard=user))
+        for user, (role, node) in USERS.items()
+    ])  # fmt: skip
+    server = EmbeddedNats(tmp_path / "nats", users=block).start()
+    try:
+        async with Bus.connect(server.url, name="admin", auth=_auth("admin")) as admin:  # creates the streams
+            await (await admin.kv("kvbench_secrets")).put("hf-token", b"kvb-box1:ciphertext")
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _auth(user: str) -> NatsAuth:
+    return NatsAuth(user=user, password=PASSWORDS[user])
+
+
+def _start(node: str) -> StartStack:
+    return StartStack(node_id=node, run_id="R", deployment_id="D", workload="w", stack="vllm-prefix-gpu", model="m")
+
+
+async def _stored(url: str, stream: str, subject: str) -> bool:
+    async with Bus.connect(url, name="admin-check", auth=_auth("admin")) as admin:
+        try:
+            await admin.js.get_last_msg(stream, subject)
+        except nats.js.errors.NotFoundError:
+            return False
+        return True
+
+
+async def test_a_client_without_credentials_or_with_another_users_password_is_refused(bus_url: str) -> None:
+    for options in ({}, {"token": "guess"}, {"user": "agent-gpu1", "password": PASSWORDS["agent-gpu2"]}):
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            await nats.connect(bus_url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2, **options)
+
+
+async def test_an_agent_reads_only_its_own_commands_and_drives_no_other_machine(bus_url: str) -> None:
+    received: list[object] = []
+
+    async def handle(event: object) -> None:
+        received.append(event)
+
+    async with (
+        Bus.connect(bus_url, name="planner", auth=_auth("planner")) as planner,
+        Bus.connect(bus_url, name="gpu1", auth=_auth("agent-gpu1")) as gpu1,
+    ):
+        gpu1.subscribe([StartStack], handle, durable="node-agent-gpu1", filter_subject="kvbench.cmd.node.gpu1.>")
+        await planner.publish(_start("gpu1"))  # the planner commands
+        for _ in range(50):
+            if received:
+                break
+            await gpu1.nc.flush()
+            await asyncio.sleep(0.1)
+        assert len(received) == 1
+        # an agent commands no machine, not even its own
+        with pytest.raises(nats.errors.TimeoutError):
+            await gpu1.publish(_start("gpu2"), retry_for_s=0.5)
+        assert not await _stored(bus_url, "KVBENCH_CMD", "kvbench.cmd.node.gpu2.start_stack")
+        # nor reads another machine's commands through a consumer of its own making
+        with pytest.raises(nats.errors.TimeoutError):
+            await gpu1.js.pull_subscribe("kvbench.cmd.node.gpu2.>", durable="node-agent-gpu2", stream="KVBENCH_CMD")
+        # it writes its own heartbeat, not another machine's; it reads no secret
+        nodes = await gpu1.kv("kvbench_nodes")
+        await nodes.put("gpu1", b"{}")
+        with pytest.raises(nats.errors.TimeoutError):
+            await nodes.put("gpu2", b"{}")
+        with pytest.raises(nats.errors.TimeoutError):
+            await (await gpu1.kv("kvbench_secrets")).get("hf-token")
+
+
+async def test_a_load_generator_and_the_reporter_publish_only_what_they_produce(bus_url: str) -> None:
+    async with (
+        Bus.connect(bus_url, name="loadgen", auth=_auth("loadgen-0")) as loadgen,
+        Bus.connect(bus_url, name="reporter", auth=_auth("reporter")) as reporter,
+    ):
+        await loadgen.publish(JobStarted(job_id="J1", run_id="R", workload="w", shard="loadgen-0"))  # its own fact
+        assert await _stored(bus_url, "KVBENCH_CONTROL", "kvbench.job.J1.started")
+        for client in (loadgen, reporter):
+            with pytest.raises(nats.errors.TimeoutError):
+                await client.publish(_start("gpu1"), retry_for_s=0.5)
+        with pytest.raises(nats.errors.TimeoutError):
+            await (await reporter.kv("kvbench_secrets")).get("hf-token")
+        with pytest.raises(nats.errors.TimeoutError):
+            await reporter.publish(
+                JobStarted(job_id="J2", run_id="R", workload="w", shard="loadgen-0"), retry_for_s=0.5
+            )
+    assert not await _stored(bus_url, "KVBENCH_CMD", "kvbench.cmd.node.gpu1.start_stack")
