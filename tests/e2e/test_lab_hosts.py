@@ -1,6 +1,8 @@
 """Two "GPU hosts" of their own, each a network namespace with its own address on a bridge, join a control plane
-started with `kvbench up --listen`: their agents are started with `kvbench-agent` and the bus token copied to them,
-they register into one cluster group, and a plan on that group runs to a report. Needs root and iproute2."""
+started with `kvbench up --listen --nats-tls`: each machine's agent gets a bus user of its own (`kvbench
+agent-credentials`), its password and the bus's certificate authority copied to it, and is started with
+`kvbench-agent`; they register into one cluster group over TLS, and a plan on that group runs to a report. Needs root
+and iproute2."""
 
 from __future__ import annotations
 
@@ -64,8 +66,10 @@ def test_agents_on_two_hosts_join_a_listening_control_plane_and_run_a_plan(
     deployment = LocalDeployment(tmp_path / "control")
     agents: list[subprocess.Popen[bytes]] = []
     try:
-        state = deployment.up(sim_machines=0, database_url=fresh_database, listen=control, tie_to_parent=True)
-        assert state.nats_url.startswith(f"nats://{control}:")
+        state = deployment.up(sim_machines=0, database_url=fresh_database, listen=control, tie_to_parent=True,
+                              nats_tls=True)  # fmt: skip
+        assert state.nats_url.startswith(f"tls://{control}:")  # TLS on the bus, certificates made by up
+        assert state.nats_ca_file
         assert state.api_url.startswith(f"http://{control}:")
         assert state.nats_users  # the bus takes only its users
         assert state.api_token_file
@@ -82,8 +86,10 @@ def test_agents_on_two_hosts_join_a_listening_control_plane_and_run_a_plan(
             password = host_dir / "nats-password"
             shutil.copy(tmp_path / "control" / "secrets" / "nats-users" / f"agent-{ns}", password)
             password.chmod(0o600)
+            shutil.copy(state.nats_ca_file, host_dir / "nats-ca.pem")  # the bus's authority, to check its certificate
             argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "kvbench_node_agent.cli", "--nats", state.nats_url,
-                    "--nats-user", f"agent-{ns}", "--nats-password-file", str(password), "--node-id", ns,
+                    "--nats-user", f"agent-{ns}", "--nats-password-file", str(password),
+                    "--nats-ca-file", str(host_dir / "nats-ca.pem"), "--node-id", ns,
                     "--group", "lab", "--address", address, "--simulated", "--sim-gpus", "1",
                     "--state-dir", str(host_dir / "state")]  # fmt: skip
             with (host_dir / "agent.log").open("wb") as log:

@@ -59,5 +59,5 @@ class BusUsers:
         """What a service started as ``user`` is given: its name and its password's file, never the password."""
         return {"KVBENCH_NATS_USER": user, "KVBENCH_NATS_PASSWORD_FILE": str(self.directory / user)}
 
-    def auth(self, user: str) -> NatsAuth:
-        return NatsAuth(user=user, password=read_secret_file(self.directory / user))
+    def auth(self, user: str, ca_file: str | None = None) -> NatsAuth:
+        return NatsAuth(user=user, password=read_secret_file(self.directory / user), ca_file=ca_file)

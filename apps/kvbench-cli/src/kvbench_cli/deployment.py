@@ -24,6 +24,7 @@ import httpx
 
 from kvbench_cli.bususers import BusUsers, agent_user
 from kvbench_core.bus import Bus, NatsAuth
+from kvbench_core.democerts import make_certificates
 from kvbench_core.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres
 from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid
 from kvbench_core.sealing import SecretsKey
@@ -57,6 +58,7 @@ class DeploymentState:
     # every NATS server `up` started (one, or a cluster's): name, pid, url, listen, monitor_port
     nats_servers: list[dict[str, Any]] = field(default_factory=list)
     nats_users: bool = False  # the bus takes only its users (.kvbench/secrets/nats-users), each with its permissions
+    nats_ca_file: str | None = None  # --nats-tls: the authority clients check the servers' certificate against
     pg_dir: str | None = None
     services: list[ServiceRecord] = field(default_factory=list)
     sim_machines: int = 0
@@ -110,6 +112,7 @@ class LocalDeployment:
         sim_speed: float | None = None,
         listen: str | None = None,
         nats_cluster: int = 1,
+        nats_tls: bool = False,
     ) -> DeploymentState:
         """``nats_cluster``: NATS servers to start, clustered with routes when more than one (every stream and bucket
         then has three replicas, so any one server may die)."""
@@ -144,13 +147,17 @@ class LocalDeployment:
                     users.ensure(agent_user(f"sim-{i}"), "node_agent", node_id=f"sim-{i}")
                 state.nats_users = True
                 token = None
+                tls = None
+                if nats_tls:  # certificates made here, for the addresses the servers listen on
+                    made = make_certificates(self.state_dir / "secrets" / "tls", [host])
+                    tls, state.nats_ca_file = (made.cert_file, made.key_file), str(made.ca_file)
                 if nats_cluster > 1:
                     ports = [
                         self._port(state, f"NATS server {k + 1}", host, DEFAULT_PORTS["nats"] + k if listen else 0)
                         for k in range(nats_cluster)
                     ]
                     cluster = EmbeddedNatsCluster(
-                        self.state_dir / "nats", nats_cluster, host, token, ports, users.block()
+                        self.state_dir / "nats", nats_cluster, host, token, ports, users.block(), tls
                     )
                     try:
                         cluster.start()
@@ -161,7 +168,7 @@ class LocalDeployment:
                 else:
                     port = self._port(state, "NATS", host, DEFAULT_PORTS["nats"] if listen else 0)
                     nats = EmbeddedNats(
-                        self.state_dir / "nats", port=port, listen=host, token=token, users=users.block()
+                        self.state_dir / "nats", port=port, listen=host, token=token, users=users.block(), tls=tls
                     )
                     nats.start()
                     state.nats_url, state.nats_pid = nats.url, nats.pid
@@ -169,7 +176,7 @@ class LocalDeployment:
                 state.save(self.state_path)
                 # the streams and buckets are the administrator's to create: no service may
                 replicas = min(3, nats_cluster)
-                asyncio.run(_create_streams(state.nats_url, users.auth("admin"), replicas))
+                asyncio.run(_create_streams(state.nats_url, users.auth("admin", state.nats_ca_file), replicas))
             if listen:
                 state.api_token_file = str(self._secret_file("api-token"))
             if not database_url:
@@ -194,6 +201,8 @@ class LocalDeployment:
             }
             if state.nats_token_file:
                 state.base_env["KVBENCH_NATS_TOKEN_FILE"] = state.nats_token_file
+            if state.nats_ca_file:
+                state.base_env["KVBENCH_NATS_CA_FILE"] = state.nats_ca_file
             if nats_cluster > 1:  # three copies of every stream and bucket (all of them on a smaller cluster)
                 state.base_env["KVBENCH_NATS_REPLICAS"] = str(min(3, nats_cluster))
             if state.api_token_file:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -85,6 +86,7 @@ class NatsAuth:
     creds_file: str | None = None
     user: str | None = None  # a user of its own with subject permissions (kvbench_core.access), with its password
     password: str | None = field(default=None, repr=False)
+    ca_file: str | None = None  # a bus with TLS: the authority its certificate is checked against
 
     def connect_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {}
@@ -95,6 +97,8 @@ class NatsAuth:
         if self.user:
             # replies come back on the user's own inbox prefix: its permissions let it read nobody else's
             options.update(user=self.user, password=self.password or "", inbox_prefix=inbox_prefix(self.user))
+        if self.ca_file:
+            options["tls"] = ssl.create_default_context(cafile=self.ca_file)
         return options
 
 

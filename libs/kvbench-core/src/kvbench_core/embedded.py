@@ -84,6 +84,8 @@ class EmbeddedNats:
     # instead of a token: users with subject permissions (kvbench_core.access.nats_users_block), kept in a file of
     # their own that `reload_users` rewrites (adding a machine's agent without a restart)
     users: str | None = field(default=None, repr=False)
+    # TLS on the client port: (certificate, key) files; clients then connect with tls:// and trust its authority
+    tls: tuple[Path, Path] | None = None
     # a member of a cluster (EmbeddedNatsCluster): its name, its route port, the other members' route ports, the
     # routes' shared secret and its monitoring port (where `kvbench status` asks who leads JetStream)
     server_name: str | None = None
@@ -98,7 +100,7 @@ class EmbeddedNats:
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.port}"
 
     def _config(self) -> Path:
         config = self.data_dir / "nats.conf"
@@ -109,6 +111,9 @@ class EmbeddedNats:
             lines.append('include "users.conf"')
         elif self.token:
             lines.append(f"authorization {{ token: {json.dumps(self.token)} }}")
+        if self.tls:
+            cert, key = self.tls
+            lines.append(f"tls {{ cert_file: {json.dumps(str(cert))}, key_file: {json.dumps(str(key))}, timeout: 5 }}")
         if self.server_name:
             lines.append(f"server_name: {json.dumps(self.server_name)}")
         if self.monitor_port:
@@ -192,6 +197,7 @@ class EmbeddedNatsCluster:
     token: str | None = field(default=None, repr=False)
     ports: list[int] = field(default_factory=list)  # client ports, one per member (free ones when empty)
     users: str | None = field(default=None, repr=False)  # as EmbeddedNats.users, the same on every member
+    tls: tuple[Path, Path] | None = None  # as EmbeddedNats.tls
     servers: list[EmbeddedNats] = field(default_factory=list)
 
     @property
@@ -216,6 +222,7 @@ class EmbeddedNatsCluster:
                 route_secret=secret,
                 monitor_port=free_port(),
                 users=self.users,
+                tls=self.tls,
             )
             for k in range(self.size)
         ]

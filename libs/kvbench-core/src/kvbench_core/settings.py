@@ -59,6 +59,12 @@ class ServiceSettings(BaseSettings):
         description="This service's own NATS user, with subject permissions (kvbench up makes one per service and "
         "per machine; kvbench agent-credentials NODE for a GPU machine's agent)",
     )
+    nats_ca_file: str | None = Field(
+        None,
+        validation_alias="KVBENCH_NATS_CA_FILE",
+        description="A bus with TLS (tls:// URLs): the certificate authority to check its certificate against "
+        "(`kvbench up --nats-tls` makes .kvbench/secrets/tls/ca.pem)",
+    )
     nats_password_file: str | None = Field(
         None,
         validation_alias="KVBENCH_NATS_PASSWORD_FILE",
@@ -70,6 +76,13 @@ class ServiceSettings(BaseSettings):
     def _token_file(cls, value: str | None) -> str | None:
         if value is not None and not _readable(Path(value)):
             raise ValueError(f"cannot read the bus token file {value}; copy it from the control machine (mode 600)")
+        return value
+
+    @field_validator("nats_ca_file")
+    @classmethod
+    def _ca_file(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"KVBENCH_NATS_CA_FILE: no certificate at {value}; copy the control machine's ca.pem")
         return value
 
     @field_validator("nats_password_file")
@@ -103,7 +116,7 @@ class ServiceSettings(BaseSettings):
         if token is None and self.nats_token_file:
             token = read_secret_file(Path(self.nats_token_file))
         password = read_secret_file(Path(self.nats_password_file)) if self.nats_password_file else None
-        return NatsAuth(token, self.nats_creds, self.nats_user, password)
+        return NatsAuth(token, self.nats_creds, self.nats_user, password, self.nats_ca_file)
 
 
 class ApiTokenSettings(ServiceSettings):

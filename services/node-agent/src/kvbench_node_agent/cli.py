@@ -30,6 +30,7 @@ FLAGS = {
     "nats_creds": "KVBENCH_NATS_CREDS",
     "nats_user": "KVBENCH_NATS_USER",
     "nats_password_file": "KVBENCH_NATS_PASSWORD_FILE",
+    "nats_ca_file": "KVBENCH_NATS_CA_FILE",
     "node_id": "KVBENCH_NODE_AGENT_NODE_ID",
     "group": "KVBENCH_NODE_AGENT_GROUP",
     "address": "KVBENCH_NODE_AGENT_ADDRESS",
@@ -59,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         "--nats-user", metavar="NAME", help="this machine's own bus user (`kvbench agent-credentials NODE` makes it)"
     )
     parser.add_argument("--nats-password-file", metavar="FILE", help="that user's password, copied here (mode 600)")
+    parser.add_argument("--nats-ca-file", metavar="FILE", help="a bus with TLS: its authority's certificate (ca.pem)")
     parser.add_argument("--node-id", help="this machine's stable id (default: its short host name)")
     parser.add_argument("--group", help="the cluster group it joins (lowercase letters, digits, dashes)")
     parser.add_argument("--address", help="the address other machines reach this one at (default: its host name)")

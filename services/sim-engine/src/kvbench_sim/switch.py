@@ -186,6 +186,7 @@ def _bus_auth() -> NatsAuth:
         token=read_secret_file(Path(token_file)) if token_file else None,
         user=os.environ.get("KVBENCH_NATS_USER"),
         password=read_secret_file(Path(password_file)) if password_file else None,
+        ca_file=os.environ.get("KVBENCH_NATS_CA_FILE"),
     )
 
 

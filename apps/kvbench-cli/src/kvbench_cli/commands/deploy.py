@@ -35,6 +35,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             sim_speed=args.sim_speed,
             listen=args.listen,
             nats_cluster=args.nats_cluster,
+            nats_tls=args.nats_tls,
         )
     speed = f", engines at {args.sim_speed:g}x real time unless a plan says" if args.sim_speed else ""
     console.print(f"kvbench is up ({args.sim_machines} simulated machines{speed})")
@@ -87,9 +88,15 @@ def cmd_agent_credentials(args: argparse.Namespace) -> int:
     reload_bus_users(state, users.block())
     console.print(f"bus user {user} for the agent of {args.node_id}; its password is in {password}")
     console.print(f"  scp {password} root@{args.node_id}:/etc/kvbench/nats-password   # then chmod 600 it")
+    ca = ""
+    if state.nats_ca_file:
+        console.print(
+            f"  scp {state.nats_ca_file} root@{args.node_id}:/etc/kvbench/nats-ca.pem   # the bus's authority"
+        )
+        ca = " --nats-ca-file /etc/kvbench/nats-ca.pem"
     console.print(
-        f"  kvbench-agent --nats {state.nats_url} --nats-user {user} --nats-password-file /etc/kvbench/nats-password "
-        f"--node-id {args.node_id} --group lab --detach"
+        f"  kvbench-agent --nats {state.nats_url} --nats-user {user} --nats-password-file /etc/kvbench/nats-password"
+        f"{ca} --node-id {args.node_id} --group lab --detach"
     )
     return 0
 
@@ -194,6 +201,11 @@ def register(sub: Any) -> None:
         "(reports stay in engine seconds)",
     )
     up.add_argument("--nats-url", default=None, help="use this NATS instead of starting one")
+    up.add_argument(
+        "--nats-tls",
+        action="store_true",
+        help="TLS on the bus: certificates made here (.kvbench/secrets/tls; agents get ca.pem, --nats-ca-file)",
+    )
     up.add_argument(
         "--nats-cluster",
         type=int,
