@@ -32,7 +32,11 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
     pd, colocated = served["pd-nixl"], served["colocated"]
     # the engines ran 2x real time: the report reads in engine seconds, as batch mode does
     assert pd["time_scale"] == colocated["time_scale"] == 2.0
-    assert pd["ttft_ms"]["p50"] == pytest.approx(expected["pd-nixl"]["ttft_ms"]["p50"], rel=0.2)
+    # batch mode's TTFT where this machine kept the engines' pace; on a busy machine the report must say it did not
+    if pd["timing"]["reliable"]:
+        assert pd["ttft_ms"]["p50"] == pytest.approx(expected["pd-nixl"]["ttft_ms"]["p50"], rel=0.2)
+    else:
+        assert any("TTFT and ITL unreliable" in reason for reason in pd["validity"]["reasons"])
     # a colocated engine's long-prefill stalls are the same length served; the decode engine's small gaps gain the
     # pacer's few milliseconds of slip at most, so its p99 sits a little higher but the gain stays large; on a busy
     # machine the pacer or the client slips further, and then the report must say so
