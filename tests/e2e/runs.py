@@ -6,12 +6,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 
 from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import LocalDeployment
 
-__all__ = ["run_to_end", "served_report", "submit_until_running"]
+__all__ = ["record_counts", "run_to_end", "served_report", "submit_until_running"]
 
 
 def submit_until_running(api_url: str, plan_text: str, timeout_s: float = 60) -> str:
@@ -61,3 +62,20 @@ def served_report(
         return report
     finally:
         deployment.down()
+
+
+async def record_counts(database_url: str, run_id: str) -> list[asyncpg.Record]:
+    """Each job of the run: the records its load generators published (records_expected), those stored, and the
+    distinct request ids among them (a duplicate shows as stored > distinct)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        return list(
+            await conn.fetch(
+                "SELECT j.job_id, j.records_expected, count(r.request_id) AS stored, "
+                "count(DISTINCT r.request_id) AS distinct_ids FROM jobs j LEFT JOIN request_records r "
+                "USING (job_id) WHERE j.run_id = $1 GROUP BY j.job_id, j.records_expected",
+                run_id,
+            )
+        )
+    finally:
+        await conn.close()

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
@@ -21,6 +20,8 @@ from kvbench_cli.bususers import BusUsers
 from kvbench_cli.deployment import LocalDeployment
 from kvbench_cli.main import main
 from kvbench_core.bus import Bus, NatsAuth
+
+from .runs import record_counts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -31,21 +32,6 @@ async def _replicas(url: str, auth: NatsAuth) -> dict[str, int]:
                    for name in ("KVBENCH_CONTROL", "KVBENCH_CMD", "KVBENCH_RECORDS", "KVBENCH_TELEMETRY")}  # fmt: skip
         runs = await bus.js.stream_info("KV_kvbench_runs")
         return {**streams, "KV_kvbench_runs": runs.config.num_replicas or 1}
-
-
-async def _counts(database_url: str, run_id: str) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return list(
-            await conn.fetch(
-                "SELECT j.job_id, j.records_expected, count(r.request_id) AS stored, "
-                "count(DISTINCT r.request_id) AS distinct_ids FROM jobs j LEFT JOIN request_records r "
-                "USING (job_id) WHERE j.run_id = $1 GROUP BY j.job_id, j.records_expected",
-                run_id,
-            )
-        )
-    finally:
-        await conn.close()
 
 
 def _status(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
@@ -100,7 +86,7 @@ def test_a_three_server_bus_loses_its_leader_mid_run_and_loses_nothing(
         # every record published is stored, once
         deadline = time.monotonic() + 60
         while True:
-            rows = asyncio.run(_counts(fresh_database, run_id))
+            rows = asyncio.run(record_counts(fresh_database, run_id))
             if (
                 len(rows) == 2 and all(r["stored"] == r["records_expected"] for r in rows)
             ) or time.monotonic() > deadline:

@@ -6,11 +6,12 @@ import asyncio
 import time
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
 from kvbench_cli.api import Endpoints, fetch_report
+
+from .runs import record_counts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -44,24 +45,10 @@ def test_reporter_killed_mid_run_loses_and_duplicates_nothing(
         time.sleep(0.5)
     report = fetch_report(Endpoints(state.api_url, state.report_url, None), run_id)
 
-    async def counts() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(fresh_database)
-        try:
-            return list(
-                await conn.fetch(
-                    "SELECT j.job_id, j.records_expected, count(r.request_id) AS stored, "
-                    "count(DISTINCT r.request_id) AS distinct_ids FROM jobs j LEFT JOIN request_records r "
-                    "USING (job_id) WHERE j.run_id = $1 GROUP BY j.job_id, j.records_expected",
-                    run_id,
-                )
-            )
-        finally:
-            await conn.close()
-
     # nothing lost: rows of a batch the killed reporter held come back once JetStream's ack wait passes
     deadline = time.monotonic() + 60
     while True:
-        rows = asyncio.run(counts())
+        rows = asyncio.run(record_counts(fresh_database, run_id))
         complete = len(rows) == 2 and all(r["stored"] == r["records_expected"] for r in rows)
         if complete or time.monotonic() > deadline:
             break
