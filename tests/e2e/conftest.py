@@ -58,3 +58,36 @@ def local_kvbench(
         yield deployment, state
     finally:
         deployment.down()
+
+
+# the fault matrix: each fault test adds its row; `pytest -m faults` prints them at the end
+FAULT_ROWS: list[dict[str, Any]] = []
+FaultRow = Callable[..., None]
+
+
+@pytest.fixture
+def fault_matrix() -> FaultRow:
+    """``fault_matrix(case, bus, outcome, noticed_s=None, published=None, stored=None, dead=None)``: one row."""
+
+    def record(case: str, bus: str, outcome: str, **figures: object) -> None:
+        FAULT_ROWS.append({"case": case, "bus": bus, "outcome": outcome, **figures})
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not FAULT_ROWS:
+        return
+    terminalreporter.section("fault matrix")
+    terminalreporter.write_line(
+        f"{'case':<34} {'bus':<10} {'outcome':<44} {'noticed s':>9} {'published':>9} {'stored':>7} {'dup':>4}"
+    )
+    for row in FAULT_ROWS:
+        noticed = row.get("noticed_s")
+        stored, distinct = row.get("stored"), row.get("distinct")
+        dup = "-" if stored is None or distinct is None else str(int(stored) - int(distinct))
+        terminalreporter.write_line(
+            f"{row['case']:<34} {row['bus']:<10} {row['outcome'][:44]:<44} "
+            f"{'-' if noticed is None else f'{float(noticed):.1f}':>9} {row.get('published', '-')!s:>9} "
+            f"{'-' if stored is None else stored!s:>7} {dup:>4}"
+        )

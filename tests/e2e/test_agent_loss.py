@@ -16,7 +16,7 @@ from kvbench_core.procs import pid_alive
 
 from .runs import submit_until_running
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 HEARTBEAT_TTL_S = 15.0
 
@@ -35,7 +35,7 @@ def _engines_of(agent_pid: int) -> list[int]:
     return children
 
 
-def test_killed_agent_fails_the_run_within_the_ttl(short_plan: Any, local_kvbench: Any) -> None:
+def test_killed_agent_fails_the_run_within_the_ttl(short_plan: Any, local_kvbench: Any, fault_matrix: Any) -> None:
     _, state = local_kvbench
     plan = short_plan("agent-loss", duration_s=120, users=2, gpu_only=True)
     run_id = submit_until_running(state.api_url, plan)
@@ -51,6 +51,9 @@ def test_killed_agent_fails_the_run_within_the_ttl(short_plan: Any, local_kvbenc
         assert time.monotonic() - killed_at < HEARTBEAT_TTL_S + 10, run
         time.sleep(0.5)
     failed_after = time.monotonic() - killed_at
+    fault_matrix(
+        "node agent SIGKILL", "single", f"{run['status']}: {run['reasons'][0]['code']}", noticed_s=failed_after
+    )
     assert run["status"] == "failed"
     reason = run["reasons"][0]
     assert reason["code"] == "node_unresponsive"

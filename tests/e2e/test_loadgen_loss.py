@@ -13,12 +13,14 @@ import pytest
 
 from .runs import submit_until_running
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 HEARTBEAT_TTL_S = 15.0  # kvbench_loadgens
 
 
-def test_killed_load_generator_fails_its_job_within_the_ttl(short_plan: Any, local_kvbench: Any) -> None:
+def test_killed_load_generator_fails_its_job_within_the_ttl(
+    short_plan: Any, local_kvbench: Any, fault_matrix: Any
+) -> None:
     _, state = local_kvbench
     plan = short_plan("loadgen-loss", duration_s=120, users=2, gpu_only=True)
     run_id = submit_until_running(state.api_url, plan)
@@ -30,6 +32,8 @@ def test_killed_load_generator_fails_its_job_within_the_ttl(short_plan: Any, loc
         # 120 s of load: the job's own timeout is minutes away
         assert time.monotonic() - killed_at < HEARTBEAT_TTL_S + 15, job
         time.sleep(0.5)
+    fault_matrix("load generator SIGKILL", "single", "job failed: load generator lost",
+                 noticed_s=time.monotonic() - killed_at)  # fmt: skip
     assert job["status"] == "failed"
     assert "load generator loadgen" in job["reason"]
     assert "stopped (its heartbeat expired)" in job["reason"]

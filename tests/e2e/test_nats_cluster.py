@@ -23,7 +23,7 @@ from kvbench_core.bus import Bus, NatsAuth
 
 from .runs import record_counts
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 
 async def _replicas(url: str, auth: NatsAuth) -> dict[str, int]:
@@ -43,7 +43,7 @@ def _status(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, d
 
 
 def test_a_three_server_bus_loses_its_leader_mid_run_and_loses_nothing(
-    short_plan: Any, fresh_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    short_plan: Any, fresh_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], fault_matrix: Any
 ) -> None:
     state_dir = tmp_path / "kvbench"
     deployment = LocalDeployment(state_dir)
@@ -92,6 +92,9 @@ def test_a_three_server_bus_loses_its_leader_mid_run_and_loses_nothing(
             ) or time.monotonic() > deadline:
                 break
             time.sleep(1.0)
+        fault_matrix("NATS leader SIGKILL", "3 servers", str(current["status"]),
+                     noticed_s=time.monotonic() - killed_at, published=sum(r["records_expected"] for r in rows),
+                     stored=sum(r["stored"] for r in rows), distinct=sum(r["distinct_ids"] for r in rows))  # fmt: skip
         assert len(rows) == 2
         for row in rows:
             assert row["records_expected"] > 0

@@ -10,7 +10,7 @@ import asyncpg
 import httpx
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 
 def _status(api: str, run_id: str) -> dict[str, object]:
@@ -31,7 +31,7 @@ def _status(api: str, run_id: str) -> dict[str, object]:
 
 
 def test_planner_killed_mid_run_resumes_without_repeating_jobs(
-    short_plan: Any, local_kvbench: Any, fresh_database: str
+    short_plan: Any, local_kvbench: Any, fresh_database: str, fault_matrix: Any
 ) -> None:
     deployment, state = local_kvbench
     plan = short_plan(
@@ -60,10 +60,12 @@ def test_planner_killed_mid_run_resumes_without_repeating_jobs(
         assert time.monotonic() < deadline, run
         time.sleep(0.3)
     deployment.restart("planner", kill=True, tie_to_parent=True)
+    killed_at = time.monotonic()
     deadline = time.monotonic() + 180
     while (run := _status(state.api_url, run_id))["status"] not in ("succeeded", "failed", "cancelled"):
         assert time.monotonic() < deadline, run
         time.sleep(0.5)
+    fault_matrix("planner SIGKILL", "single", str(run["status"]), noticed_s=time.monotonic() - killed_at)
     assert run["status"] == "succeeded", run
 
     async def starts() -> dict[str, int]:

@@ -13,11 +13,11 @@ from kvbench_cli.api import Endpoints, fetch_report
 
 from .runs import record_counts
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 
 def test_reporter_killed_mid_run_loses_and_duplicates_nothing(
-    short_plan: Any, local_kvbench: Any, fresh_database: str
+    short_plan: Any, local_kvbench: Any, fresh_database: str, fault_matrix: Any
 ) -> None:
     deployment, state = local_kvbench
     plan = short_plan(
@@ -53,6 +53,9 @@ def test_reporter_killed_mid_run_loses_and_duplicates_nothing(
         if complete or time.monotonic() > deadline:
             break
         time.sleep(1.0)
+    published = sum(r["records_expected"] for r in rows)
+    fault_matrix("reporter SIGKILL", "single", "succeeded, records caught up", published=published,
+                 stored=sum(r["stored"] for r in rows), distinct=sum(r["distinct_ids"] for r in rows))  # fmt: skip
     assert len(rows) == 2
     for row in rows:
         assert row["records_expected"] > 0

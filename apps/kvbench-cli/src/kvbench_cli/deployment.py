@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,8 +26,8 @@ import httpx
 from kvbench_cli.bususers import BusUsers, agent_user
 from kvbench_core.bus import Bus, NatsAuth
 from kvbench_core.democerts import make_certificates
-from kvbench_core.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres
-from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid
+from kvbench_core.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres, find_nats_server
+from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid, wait_port
 from kvbench_core.sealing import SecretsKey
 from kvbench_core.settings import read_secret_file
 
@@ -396,6 +397,58 @@ class LocalDeployment:
                         f"{state.state_dir}/logs/node-agent-*.log"
                     )
                 time.sleep(0.1)
+
+    def kill_nats(self, index: int = 0) -> int:
+        """SIGKILL NATS server ``index``, as a crash would (the fault tests); returns its pid."""
+        state = self._state()
+        pid = int(state.nats_servers[index]["pid"])
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        return pid
+
+    def restart_nats(self, index: int = 0) -> None:
+        """Start NATS server ``index`` again as it was (its configuration, port, users and store kept on disk)."""
+        state = self._state()
+        record = state.nats_servers[index]
+        data = Path(record["data_dir"])
+        with open(data / "nats.log", "ab") as log:
+            proc = subprocess.Popen([find_nats_server(), "-c", str(data / "nats.conf")], stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        record["pid"] = proc.pid
+        if index == 0 and state.nats_pid:
+            state.nats_pid = proc.pid
+        state.save(self.state_path)
+        host, _, port = record["url"].split("//", 1)[1].rpartition(":")
+        wait_port(int(port), host=host)
+
+    def kill_postgres(self) -> int:
+        """SIGKILL the embedded PostgreSQL's server process, as a crash would; returns its pid."""
+        state = self._state()
+        if not state.pg_dir:
+            raise StartupError("this deployment uses a PostgreSQL of its own (--database-url)")
+        pid = int((Path(state.pg_dir) / "data" / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def restart_postgres(self) -> None:
+        """Start the embedded PostgreSQL again on its port (it recovers from its write-ahead log)."""
+        state = self._state()
+        port = int(state.database_url.rsplit(":", 1)[1].split("/")[0])
+        deadline = time.monotonic() + 30
+        while (Path(str(state.pg_dir)) / "data" / "postmaster.pid").exists() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):  # a killed postmaster's children leave with it
+                pid = int((Path(str(state.pg_dir)) / "data" / "postmaster.pid").read_text().split()[0])
+                if not pid_alive(pid):
+                    break
+            time.sleep(0.2)
+        EmbeddedPostgres(Path(str(state.pg_dir)), port=port).start()
+
+    def _state(self) -> DeploymentState:
+        state = self.load()
+        if state is None:
+            raise StartupError("kvbench is not up")
+        return state
 
     def down(self, wipe: bool = False) -> list[str]:
         """Stop exactly what ``up`` started; returns what was stopped. The results (PostgreSQL's data and NATS's
