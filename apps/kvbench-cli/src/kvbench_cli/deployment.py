@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 
 from kvbench_cli.bususers import BusUsers, agent_user
+from kvbench_cli.democerts import make_certificates
 from kvbench_core.bus import Bus, NatsAuth
-from kvbench_core.democerts import make_certificates
 from kvbench_core.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres, find_nats_server
 from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid, wait_port
 from kvbench_core.sealing import SecretsKey
