@@ -3,6 +3,7 @@ planner with an API token (the one KVBENCH_API_TOKEN of both sides)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -24,7 +25,8 @@ TOKEN = "cli-control-test-token"
 def planner(nats_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "KVBENCH_NATS_URL": nats_url, "KVBENCH_PLANNER_PORT": str(port), "KVBENCH_API_TOKEN": TOKEN,
-           "KVBENCH_PLANNER_NODE_WAIT_S": "60"}  # fmt: skip
+           "KVBENCH_PLANNER_NODE_WAIT_S": "60",
+           "KVBENCH_SECRETS_KEY": base64.b64encode(os.urandom(32)).decode()}  # fmt: skip
     with open(tmp_path / "planner.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kvbench_planner"], env=env, stdout=log, stderr=log,
                                 start_new_session=True)  # fmt: skip

@@ -146,17 +146,23 @@ async def _try_connect(url: str, auth: NatsAuth, timeout_s: float) -> None:
         client = await nats.connect(servers=nats_servers(url), connect_timeout=timeout_s, allow_reconnect=False,
                                     max_reconnect_attempts=0, **options)  # fmt: skip
     except Exception as exc:  # nats-py raises its own errors and plain ones alike
-        refused = "authorization" in str(exc).lower()
+        if "authorization" not in str(exc).lower():
+            raise AgentConfigError(
+                "--nats (KVBENCH_NATS_URL)",
+                f"cannot join the bus at {url}: {exc}",
+                "check the address, and that the control plane is up (`kvbench status` there)",
+            ) from None
+        # name the credential this machine gave (a user of its own, or a shared token), and how to get the right one
+        by_user = bool(auth.user) or not auth.token
         raise AgentConfigError(
             "--nats-user and --nats-password-file (KVBENCH_NATS_USER, KVBENCH_NATS_PASSWORD_FILE)"
-            if refused
-            else "--nats (KVBENCH_NATS_URL)",
-            f"the bus at {url} refused this machine: {exc}" if refused else f"cannot join the bus at {url}: {exc}",
+            if by_user
+            else "--nats-token-file (KVBENCH_NATS_TOKEN_FILE)",
+            f"the bus at {url} refused this machine: {exc}",
             "run `kvbench agent-credentials NODE` on the control machine, copy the password file it names here "
-            "(mode 600) and pass --nats-user agent-NODE --nats-password-file FILE (a bus with a shared token: "
-            "--nats-token-file)"
-            if refused
-            else "check the address, and that the control plane is up (`kvbench status` there)",
+            "(mode 600) and pass --nats-user agent-NODE --nats-password-file FILE"
+            if by_user
+            else "copy the bus token from the machine that runs it here (mode 600) and pass --nats-token-file",
         ) from None
     await client.close()
 
