@@ -42,7 +42,10 @@ def test_served_engines_on_two_machines_share_one_lmcache_server(
     report = served_report(PLAN, 2, nats_url, fresh_database, tmp_path / "kvbench")
     served = {w["name"]: w for w in report["workloads"]}
     own, shared = served["own-servers"], served["one-shared-server"]
-    assert own["requests_measured"] == shared["requests_measured"] == 9
+    # round 2's nine visits; the measured window is the round's span in time, so with two users a straggler of
+    # round 1 may fall inside it
+    assert 9 <= own["requests_measured"] <= 10
+    assert 9 <= shared["requests_measured"] <= 10
     # with a server each, a document's second visit finds nothing on the other engine's server
     assert own["cross_instance_hits"] is None
     assert own["cache_hit_ratio"] < 0.2
