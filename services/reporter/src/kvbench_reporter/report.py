@@ -69,12 +69,19 @@ def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime
     power: list[float] = []
     util: list[float] = []
     for engine_id, series in by_engine.items():
-        before = [s for t, s, _ in series if t <= start] or [series[0][1]]
+        series.sort(key=lambda item: item[0])
+        # from the last sample before the window to the last inside it, step by step: an engine id names a restarted
+        # engine too (an acceptance test's engines restarted alone, a stack restarted), and a count that falls is
+        # a new process counting from zero (Prometheus's increase())
+        before = sum(1 for t, _, _ in series if t <= start)
         upto = [s for t, s, _ in series if t <= end] or [series[-1][1]]
-        first, last = before[-1], upto[-1]
+        steps = upto[max(0, before - 1) :] if before else upto
         role = by_role.setdefault(role_of[engine_id], dict.fromkeys(COUNTERS, 0.0))
         for key in COUNTERS:
-            delta = max(0.0, float(last.get(key, 0.0)) - float(first.get(key, 0.0)))
+            delta = 0.0
+            for previous, current in pairwise(steps):
+                now, was = float(current.get(key, 0.0)), float(previous.get(key, 0.0))
+                delta += now - was if now >= was else now
             totals[key] += delta
             role[key] += delta
         for t, s, gpus in series:

@@ -302,10 +302,12 @@ def build_app(
     engine_id: str = "sim-0",
     pd_setup_s: float = 0.0,
     uncounted_tiers: frozenset[str] = frozenset(),
+    ready: Callable[[], bool] = lambda: True,
 ) -> web.Application:
     """``engine_id``: how this engine names itself to a P/D router (``kv_transfer_params.remote_engine_id``);
     ``pd_setup_s``: the fixed cost of each P/D transfer on the decode side (handshake, descriptors);
-    ``uncounted_tiers``: shared tiers whose census another engine reports (a server's disk is counted once)."""
+    ``uncounted_tiers``: shared tiers whose census another engine reports (a server's disk is counted once);
+    ``ready``: whether it may say it is healthy (its shared stores' indexes have arrived)."""
     metrics: VllmMetrics | SglangMetrics = SglangMetrics(model) if flavor == "sglang" else VllmMetrics(model)
     metrics.describe_cache(paced.engine)
     slips = Counter("kvbench_sim_late_steps", "Steps released late by the pacer", registry=metrics.registry)
@@ -352,6 +354,8 @@ def build_app(
     paced.on_transfer = metrics.kv_transfer
 
     async def health(_: web.Request) -> web.Response:
+        if not ready():  # as an engine whose KV connector has not reached its cache server or store yet
+            return web.Response(status=503, text="waiting for the shared KV store's index")
         return web.Response(text="")
 
     async def models(_: web.Request) -> web.Response:

@@ -344,6 +344,8 @@ class StoreClient:
         self._outbox: asyncio.Queue[dict[str, list[int] | list[float] | str]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
+        # the store's index has arrived once: an engine serves only then (a restarted engine knows what the pool holds)
+        self.synced = asyncio.Event()
         tier.capacity_chunks = 1 << 62  # the store evicts, and says so
         # ``owner``: this engine's name, kept with what it stores (who computed what another engine reuses)
         tier.on_commit = lambda hashes: self._outbox.put_nowait({"add": list(hashes), "owner": owner})
@@ -382,6 +384,8 @@ class StoreClient:
                             async for message in socket:
                                 if message.type == aiohttp.WSMsgType.TEXT:
                                     self._apply(json.loads(message.data), snapshot)
+                                    if snapshot:
+                                        self.synced.set()
                                     snapshot = False
                         finally:
                             sender.cancel()
