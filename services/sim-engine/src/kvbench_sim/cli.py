@@ -231,7 +231,7 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine, layout: S
         log.info("P/D %s engine; KV link %.1f GB/s, %.1f ms per transfer", args.pd_role, link_gbps, setup_ms)
     paced = PacedEngine(engine, speed=args.speed, transfer=transfer)
     flavor = args.flavor
-    clients: list[StoreClient] = []  # the shared stores' clients (made below): healthy once each has their index
+    clients: list[StoreClient] = []  # shared stores' clients (made below): healthy once each has its index or no store
     app = build_app(
         paced,
         args.model,
@@ -243,7 +243,7 @@ def _serve(args: argparse.Namespace, profile: Profile, engine: Engine, layout: S
         uncounted_tiers=frozenset(("disk",))
         if args.cache_server and not getattr(args, "cache_server_here", True)
         else frozenset(),
-        ready=lambda: all(client.synced.is_set() for client in clients),
+        ready=lambda: all(client.settled.is_set() for client in clients),
     )
     engine.name = args.engine_id or f"sim-{args.port}"
     shared = [t for t in engine.tiers if t.config.store_id and not cache_server_tier(t.config)]

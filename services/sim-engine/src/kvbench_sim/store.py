@@ -346,6 +346,9 @@ class StoreClient:
         self.connected = asyncio.Event()
         # the store's index has arrived once: an engine serves only then (a restarted engine knows what the pool holds)
         self.synced = asyncio.Event()
+        # the first attempt has ended, with the index or with no store there: a store that starts after its engines
+        # (another machine's) does not hold them back; one that answers is waited for until its index is in
+        self.settled = asyncio.Event()
         tier.capacity_chunks = 1 << 62  # the store evicts, and says so
         # ``owner``: this engine's name, kept with what it stores (who computed what another engine reuses)
         tier.on_commit = lambda hashes: self._outbox.put_nowait({"add": list(hashes), "owner": owner})
@@ -386,11 +389,13 @@ class StoreClient:
                                     self._apply(json.loads(message.data), snapshot)
                                     if snapshot:
                                         self.synced.set()
+                                        self.settled.set()
                                     snapshot = False
                         finally:
                             sender.cancel()
                 except (aiohttp.ClientError, OSError) as exc:
                     log.debug("shared store %s not reachable: %s", self.url, exc)
+                    self.settled.set()
                 self.connected.clear()
                 if self.link is not None and self.link.remote:
                     self.link.fall_back(self._virtual_at(time.monotonic()))
