@@ -86,3 +86,46 @@ def test_the_study_stack_passes_and_a_gpu_only_stack_fails_step_3(
         assert "has no external KV tier" in accepted["verdict"]
     finally:
         deployment.down()
+
+
+# TensorRT-LLM serves no route that empties its prefix cache: the reset step restarts its engines alone
+NO_RESET_ROUTE_PLAN = """
+version: 1
+name: accept-trtllm
+defaults:
+  model: Qwen/Qwen3-8B
+  engine: {name: trtllm}
+  cluster: {sim: {machines: 2, gpu: L40S, gpus_per_machine: 1, host_memory_gb: 256, speed: 10}}
+  traffic:
+    shape: document_reuse
+    documents: {count: 20, tokens: 4000, rounds: 1, order: tile, measure_rounds: [1]}
+    arrivals: {mode: closed_loop, users: [2]}
+  measurement: {routing: session_affinity}
+workloads:
+  - {name: valkey, strategy: shared_pool, stack: trtllm-lmcache-valkey, kv_tier: cpu_ram,
+     sizing: {host_memory_gb: 8, shared_store_gb: 100}}
+"""
+
+
+def test_an_engine_with_no_reset_route_is_restarted_alone_and_reloads_from_the_shared_store(
+    nats_url: str, fresh_database: str, tmp_path: Path
+) -> None:
+    deployment = LocalDeployment(tmp_path / "kvbench")
+    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
+    try:
+        status = run_to_end(state.api_url, NO_RESET_ROUTE_PLAN, path="/v1/accept?workload=valkey")
+        assert status["status"] == "succeeded", status
+        (workload,) = fetch_report(Endpoints(state.api_url, state.report_url, None), status["run_id"])["workloads"]
+        accepted = workload["acceptance"]
+        steps = {s["step"]: s for s in accepted["steps"]}
+        # step 4: each machine's engine restarted alone, the pool's store kept running
+        assert steps[4]["status"] == "passed", steps[4]
+        assert steps[4]["evidence"].count("restarted sim-engine0 alone") == 2, steps[4]
+        assert "kept sim-store" in steps[4]["evidence"]
+        assert "HTTP" not in steps[4]["evidence"]  # no route was called
+        # the restarted engines loaded the documents back from the shared Valkey tier
+        assert steps[5]["status"] == "passed", steps[5]
+        assert accepted["passes"]["reset"]["external_hit_rate"] > 0.5
+        assert steps[7]["status"] == "not applicable"  # no disk tier
+    finally:
+        deployment.down()

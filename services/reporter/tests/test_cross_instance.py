@@ -62,3 +62,24 @@ def test_the_workload_sums_its_jobs_and_the_html_names_both_sides(workload: Any)
     assert "Reused across instances" in page
     assert "<td>a</td><td>b</td><td>400</td>" in page
     assert "50.0% of the prompt tokens" in page
+
+
+def test_a_phase_shorter_than_the_scrape_interval_is_read_by_the_scrape_after_it() -> None:
+    """An acceptance phase of a few seconds may fit between two scrapes: the first scrape after its end (before the
+    next job began) closes the window; one after the next job began belongs to that job."""
+    from kvbench_reporter.report import counter_deltas  # noqa: PLC0415
+
+    def row(seconds: float, hits: float) -> dict[str, Any]:
+        return {"engine_id": "e", "role": "both", "sampled_at": T0 + timedelta(seconds=seconds), "gpus": [],
+                "normalized": {"prompt_tokens_external": hits}}  # fmt: skip
+
+    samples = [row(-1, 100), row(4, 700), row(9, 5000)]  # the phase ran from 0 to 3 s
+    end = T0 + timedelta(seconds=3)
+    closed = counter_deltas(samples, T0, end, close_by=T0 + timedelta(seconds=8))  # type: ignore[arg-type]
+    assert closed["prompt_tokens_external"] == 600.0
+    # the scrape at 9 s came after the next job began at 8 s: not this phase's
+    late = counter_deltas(samples[::2], T0, end, close_by=T0 + timedelta(seconds=8))  # type: ignore[arg-type]
+    assert late["prompt_tokens_external"] == 0.0
+    # a restarted engine's first scrape closes it too: its count, from zero
+    restarted = counter_deltas([row(-1, 100), row(4, 40)], T0, end, T0 + timedelta(seconds=8))  # type: ignore[arg-type]
+    assert restarted["prompt_tokens_external"] == 40.0

@@ -590,6 +590,9 @@ class Conductor:
         watcher = asyncio.create_task(self._watch_nodes(node_ids, stop_watching, running))
         try:
             started = 0  # jobs run on this stand-up; a resumed run counts from its first unfinished job
+            # an acceptance test's phases are each read by the scrapes around them: one before its load (new or
+            # restarted engines included) and one after it, before anything stops (the reporter's closing scrape)
+            scraped = False
             for job in jobs:
                 if job.status in ("succeeded", "failed"):
                     continue
@@ -602,14 +605,17 @@ class Conductor:
                     deps, endpoints = await self._start_stacks(state, workload, nodes, f"w{index}g{generation}")
                     pairs = list(zip(node_ids, deps, strict=True))
                     running.update(pairs)
+                    scraped = False
                 started += 1
                 if workload.acceptance_phase(job.repeat) == "reset" and _reset_route(workload) is None:
                     await self._restart_engines(state, workload, pairs)
-                if workload.measurement.acceptance:  # a scrape between phases: each one's counters its own
+                    scraped = False
+                if workload.measurement.acceptance and not scraped:
                     await asyncio.sleep(self.settings.acceptance_settle_s)
                 await self._run_job(state, workload, job, endpoints, watcher)
-            if workload.measurement.acceptance:
-                await asyncio.sleep(self.settings.acceptance_settle_s)  # the last phase's closing scrape
+                if workload.measurement.acceptance:
+                    await asyncio.sleep(self.settings.acceptance_settle_s)
+                    scraped = True
         except BaseException:
             # failing or cancelled: tell the agents to tear down, and do not wait on ones that may be gone
             await asyncio.shield(self._stop_stacks(state, pairs, wait=False))

@@ -21,9 +21,9 @@ class PlannerSettings(ApiTokenSettings, SecretsKeySettings):
         5.0,
         ge=0,
         le=300,
-        description="An acceptance test's pause before each phase and after the last: longer than the agents' "
-        "scrape interval (2 s), so each phase's engine counters are read before and after it, not shared with the "
-        "phase next to it",
+        description="An acceptance test's pause after each phase and before one on new or restarted engines: "
+        "longer than the agents' scrape interval (2 s), so each phase's engine counters are read before and after "
+        "it, not shared with the phase next to it",
     )
     loadgen_shards: int = Field(1, ge=1, le=256, description="Load generator processes that share each job")
     node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")

@@ -56,8 +56,35 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime) -> dict[str, Any]:
-    """Normalized counters differenced over [start, end] per engine, then summed (never cumulative ratios)."""
+def window_steps(
+    series: list[tuple[datetime, Any]], start: datetime, end: datetime, close_by: datetime | None
+) -> list[Any]:
+    """The samples of one engine's time-sorted ``series`` that span [start, end], to difference pairwise: the last
+    sample at or before ``start`` (none: the engine started inside the window and counts from zero), those inside,
+    and the window's closing scrape, the first one after ``end`` and no later than ``close_by`` (the next job's
+    start), which holds what the load's last seconds added (scrapes come every few seconds and a short phase, such
+    as an acceptance test's, may fit between two). An engine id names a restarted engine too (an acceptance test's
+    engines restarted alone, a stack restarted), so a count that falls is a new process counting from zero."""
+    before = [value for t, value in series if t <= start]
+    inside = [value for t, value in series if start < t <= end]
+    closing = [value for t, value in series if end < t <= close_by][:1] if close_by is not None else []
+    return [before[-1] if before else {}, *inside, *closing]
+
+
+def _increase(steps: list[Any], key: str) -> float:
+    """Prometheus's increase() over ``steps``: a count that falls is a new process's, counted from zero."""
+    delta = 0.0
+    for previous, current in pairwise(steps):
+        now, was = float(current.get(key, 0.0)), float(previous.get(key, 0.0))
+        delta += now - was if now >= was else now
+    return delta
+
+
+def counter_deltas(
+    samples: list[asyncpg.Record], start: datetime, end: datetime, close_by: datetime | None = None
+) -> dict[str, Any]:
+    """Normalized counters differenced over [start, end] per engine (``window_steps``), then summed (never
+    cumulative ratios)."""
     by_engine: dict[str, list[tuple[datetime, dict[str, float], list[dict[str, float]]]]] = defaultdict(list)
     role_of: dict[str, str] = {}
     for row in samples:
@@ -70,18 +97,10 @@ def counter_deltas(samples: list[asyncpg.Record], start: datetime, end: datetime
     util: list[float] = []
     for engine_id, series in by_engine.items():
         series.sort(key=lambda item: item[0])
-        # from the last sample before the window to the last inside it, step by step: an engine id names a restarted
-        # engine too (an acceptance test's engines restarted alone, a stack restarted), and a count that falls is
-        # a new process counting from zero (Prometheus's increase())
-        before = sum(1 for t, _, _ in series if t <= start)
-        upto = [s for t, s, _ in series if t <= end] or [series[-1][1]]
-        steps = upto[max(0, before - 1) :] if before else upto
+        steps = window_steps([(t, s) for t, s, _ in series], start, end, close_by)
         role = by_role.setdefault(role_of[engine_id], dict.fromkeys(COUNTERS, 0.0))
         for key in COUNTERS:
-            delta = 0.0
-            for previous, current in pairwise(steps):
-                now, was = float(current.get(key, 0.0)), float(previous.get(key, 0.0))
-                delta += now - was if now >= was else now
+            delta = _increase(steps, key)
             totals[key] += delta
             role[key] += delta
         for t, s, gpus in series:
@@ -103,7 +122,9 @@ CROSS_INSTANCE_SERIES = "kvbench_sim_cross_instance_hit_tokens_total"
 _COMPUTED_BY = re.compile(r'computed_by="([^"]*)"')
 
 
-def cross_instance_hits(samples: list[asyncpg.Record], start: datetime, end: datetime) -> dict[str, float]:
+def cross_instance_hits(
+    samples: list[asyncpg.Record], start: datetime, end: datetime, close_by: datetime | None = None
+) -> dict[str, float]:
     """Prompt tokens one engine loaded from a shared tier that another engine computed, differenced over [start, end]:
     ``"COMPUTED_BY -> REUSED_BY"`` -> tokens. Simulated engines count them (their shared store knows who stored each
     chunk); no real engine or LMCache server says so, and then this is empty."""
@@ -117,19 +138,14 @@ def cross_instance_hits(samples: list[asyncpg.Record], start: datetime, end: dat
     out: dict[str, float] = {}
     for engine_id, series in by_engine.items():
         series.sort(key=lambda item: item[0])
-        if not any(start <= t <= end for t, _ in series):
+        if not any(start <= t <= (close_by or end) for t, _ in series):
             continue  # another stack's engine of the same name (the samples are fetched by time, with a margin)
-        # from the last sample before the window to the last inside it; an engine id names each workload's stack in
-        # turn, so a count that falls is a new process counting from zero (Prometheus's increase())
-        kept = [s for t, s in series if t <= end]
-        before = sum(1 for t, _ in series if t <= start)
-        for previous, current in pairwise(kept[max(0, before - 1) :] if before else [{}, *kept]):
-            for owner, tokens in current.items():
-                prior = previous.get(owner, 0.0)
-                delta = tokens - prior if tokens >= prior else tokens
-                if delta > 0:
-                    key = f"{owner} -> {engine_id}"
-                    out[key] = out.get(key, 0.0) + delta
+        steps = window_steps(series, start, end, close_by)
+        for owner in sorted({owner for step in steps for owner in step}):
+            delta = _increase(steps, owner)
+            if delta > 0:
+                key = f"{owner} -> {engine_id}"
+                out[key] = out.get(key, 0.0) + delta
     return out
 
 
@@ -563,7 +579,9 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     engine_totals: dict[str, dict[str, float]] = {}
     role_totals: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)  # workload -> role -> counters
     job_windows: list[dict[str, Any]] = []
-    for job in await store.jobs(run_id):
+    jobs = await store.jobs(run_id)
+    starts = sorted(job["started_at"] for job in jobs if job["started_at"] is not None)
+    for job in jobs:
         name = job["workload"]
         spec = specs.get(name, {})
         status, reason = job["status"], job["reason"]
@@ -606,9 +624,12 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 samples = await store.engine_samples(
                     run_id, job["started_at"] - timedelta(seconds=10), end + timedelta(seconds=10)
                 )
-                deltas = counter_deltas(samples, start, end) if samples else None
+                # the window's closing scrape may come after its end, but not after the next job began
+                close_by = next((t for t in starts if t > job["started_at"]), end + timedelta(seconds=10))
+                close_by = min(close_by, end + timedelta(seconds=10))
+                deltas = counter_deltas(samples, start, end, close_by) if samples else None
                 entry["engine_counters"] = deltas
-                entry["cross_instance_hits"] = cross_instance_hits(samples, start, end) if samples else {}
+                entry["cross_instance_hits"] = cross_instance_hits(samples, start, end, close_by) if samples else {}
                 entry["disk_tier"] = disk_tier_census(samples, job["started_at"], end) if samples else None
                 if entry["disk_tier"] is not None and deltas and deltas.get("kv_store_chunks_evicted", 0.0) > 0:
                     entry["disk_tier"]["reclaimed"] = True  # the tier's writer says so itself (LMCache's L2)
