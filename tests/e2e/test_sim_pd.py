@@ -49,7 +49,8 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
         )
     else:
         assert any("TTFT and ITL unreliable" in reason for reason in pd["validity"]["reasons"])
-    assert colocated["itl_ms"]["p99"] / pd["itl_ms"]["p99"] > 5
+    if colocated["timing"]["reliable"] and pd["timing"]["reliable"]:  # the split's gain, where both are measured
+        assert colocated["itl_ms"]["p99"] / pd["itl_ms"]["p99"] > 5
     # each prompt is computed once on the prefill engine and its KV moved once to the decode engine: counted once,
     # as the decode engine got it (all but each prompt's last token over the link), each side kept apart
     split = pd["prompt_token_sources"]

@@ -391,7 +391,9 @@ class Driver:
             waiting[0] -= 1
             ready.append(session)
 
-        next_t = time.monotonic()
+        # the schedule counts from the load's start, shared by every shard: a worker that got here after it (a
+        # loaded machine) sends its first arrivals late and records how late, rather than shifting its schedule
+        next_t = self.load_t0
         for gap in arrival_gaps(rate, cfg.distribution, cfg.burstiness, rng):
             next_t += gap
             if next_t >= self._deadline:
