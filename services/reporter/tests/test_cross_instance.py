@@ -81,5 +81,6 @@ def test_a_phase_shorter_than_the_scrape_interval_is_read_by_the_scrape_after_it
     late = counter_deltas(samples[::2], T0, end, close_by=T0 + timedelta(seconds=8))  # type: ignore[arg-type]
     assert late["prompt_tokens_external"] == 0.0
     # a restarted engine's first scrape closes it too: its count, from zero
-    restarted = counter_deltas([row(-1, 100), row(4, 40)], T0, end, T0 + timedelta(seconds=8))  # type: ignore[arg-type]
+    restarts = [row(-1, 100), row(4, 40)]
+    restarted = counter_deltas(restarts, T0, end, T0 + timedelta(seconds=8))  # type: ignore[arg-type]
     assert restarted["prompt_tokens_external"] == 40.0

@@ -579,9 +579,9 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
     engine_totals: dict[str, dict[str, float]] = {}
     role_totals: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)  # workload -> role -> counters
     job_windows: list[dict[str, Any]] = []
-    jobs = await store.jobs(run_id)
-    starts = sorted(job["started_at"] for job in jobs if job["started_at"] is not None)
-    for job in jobs:
+    job_rows = await store.jobs(run_id)
+    starts = sorted(job["started_at"] for job in job_rows if job["started_at"] is not None)
+    for job in job_rows:
         name = job["workload"]
         spec = specs.get(name, {})
         status, reason = job["status"], job["reason"]
