@@ -15,7 +15,7 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 
-.PHONY: help env tools demo test test-unit test-integration test-e2e conformance lint fmt up down status live bench clean
+.PHONY: help env tools demo test test-unit test-integration test-e2e faults conformance lint fmt up down status live bench clean
 
 help: ## Show this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,6 +51,9 @@ test-integration: env ## Integration tests (real NATS and PostgreSQL)
 
 test-e2e: env ## End-to-end tests through every service
 	@$(PY) -m pytest -q -m e2e
+
+faults: env ## The fault matrix, each case FAULT_REPEATS times (default 10) on one NATS server and on three
+	@$(PY) -m pytest -q -m faults --count $(or $(FAULT_REPEATS),10) --repeat-scope session
 
 conformance: env ## Every rendered recipe through the engines' own parsers, version by version (tools/conformance)
 	@UV=$(abspath $(UV)) $(PY) tools/conformance/install.py

@@ -3,6 +3,8 @@ session's NATS and a database of the test's own."""
 
 from __future__ import annotations
 
+import statistics
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,16 +50,30 @@ def short_plan() -> PlanMaker:
     return make
 
 
-@pytest.fixture
+# the buses the killed-process tests run on: the session's one server, and three clustered ones of the deployment's
+BUSES = {"single": None, "3 servers": 3}
+
+
+@pytest.fixture(params=list(BUSES), ids=["single", "cluster3"])
 def local_kvbench(
-    nats_url: str, fresh_database: str, tmp_path: Path
+    request: pytest.FixtureRequest, nats_url: str, fresh_database: str, tmp_path: Path
 ) -> Iterator[tuple[LocalDeployment, DeploymentState]]:
     deployment = LocalDeployment(tmp_path / "state")
-    state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
+    cluster = BUSES[request.param]
+    if cluster:
+        state = deployment.up(sim_machines=2, database_url=fresh_database, nats_cluster=cluster, tie_to_parent=True)
+    else:
+        state = deployment.up(sim_machines=2, nats_url=nats_url, database_url=fresh_database, tie_to_parent=True)
     try:
         yield deployment, state
     finally:
         deployment.down()
+
+
+def bus_of(state: DeploymentState) -> str:
+    """The fault matrix's name for a deployment's bus."""
+    servers = len(state.nats_url.split(","))
+    return "single" if servers == 1 else f"{servers} servers"
 
 
 # the fault matrix: each fault test adds its row; `pytest -m faults` prints them at the end
@@ -76,18 +92,28 @@ def fault_matrix() -> FaultRow:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line a case and bus: how many times it ran (``make faults`` repeats each), its outcomes, the seconds to
+    notice or recover (median and worst), and the records published, stored and stored twice, summed."""
     if not FAULT_ROWS:
         return
+    cases: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in FAULT_ROWS:
+        cases.setdefault((row["case"], row["bus"]), []).append(row)
     terminalreporter.section("fault matrix")
     terminalreporter.write_line(
-        f"{'case':<34} {'bus':<10} {'outcome':<44} {'noticed s':>9} {'published':>9} {'stored':>7} {'dup':>4}"
+        f"{'case':<34} {'bus':<10} {'runs':>4} {'outcome':<40} {'noticed s (median, worst)':>25} "
+        f"{'published':>9} {'stored':>7} {'dup':>4}"
     )
-    for row in FAULT_ROWS:
-        noticed = row.get("noticed_s")
-        stored, distinct = row.get("stored"), row.get("distinct")
-        dup = "-" if stored is None or distinct is None else str(int(stored) - int(distinct))
+    for (case, bus), rows in cases.items():
+        outcomes = Counter(str(r["outcome"]) for r in rows)
+        outcome = ", ".join(f"{n}x {o}" if len(outcomes) > 1 or n > 1 else o for o, n in outcomes.items())
+        noticed = [float(r["noticed_s"]) for r in rows if r.get("noticed_s") is not None]
+        seconds = f"{statistics.median(noticed):.1f}, {max(noticed):.1f}" if noticed else "-"
+        counted = [r for r in rows if r.get("stored") is not None]
+        published = sum(int(r.get("published") or 0) for r in counted) if counted else "-"
+        stored = sum(int(r["stored"]) for r in counted) if counted else "-"
+        dup = sum(int(r["stored"]) - int(r.get("distinct", r["stored"])) for r in counted) if counted else "-"
         terminalreporter.write_line(
-            f"{row['case']:<34} {row['bus']:<10} {row['outcome'][:44]:<44} "
-            f"{'-' if noticed is None else f'{float(noticed):.1f}':>9} {row.get('published', '-')!s:>9} "
-            f"{'-' if stored is None else stored!s:>7} {dup:>4}"
+            f"{case:<34} {bus:<10} {len(rows):>4} {outcome[:40]:<40} {seconds:>25} {published!s:>9} {stored!s:>7} "
+            f"{dup!s:>4}"
         )

@@ -14,6 +14,7 @@ import pytest
 
 from kvbench_core.procs import pid_alive
 
+from .conftest import bus_of
 from .runs import submit_until_running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
@@ -52,7 +53,7 @@ def test_killed_agent_fails_the_run_within_the_ttl(short_plan: Any, local_kvbenc
         time.sleep(0.5)
     failed_after = time.monotonic() - killed_at
     fault_matrix(
-        "node agent SIGKILL", "single", f"{run['status']}: {run['reasons'][0]['code']}", noticed_s=failed_after
+        "node agent SIGKILL", bus_of(state), f"{run['status']}: {run['reasons'][0]['code']}", noticed_s=failed_after
     )
     assert run["status"] == "failed"
     reason = run["reasons"][0]

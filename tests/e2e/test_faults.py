@@ -17,7 +17,7 @@ from kvbench_cli.api import Endpoints, fetch_report
 from kvbench_cli.deployment import DeploymentState, LocalDeployment
 from kvbench_core.procs import pid_alive
 
-from .conftest import FaultRow
+from .conftest import FaultRow, bus_of
 from .runs import record_counts, submit_until_running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
@@ -86,9 +86,13 @@ def test_the_bus_killed_and_started_again_loses_nothing(
         deployment.down()
 
 
-def test_postgres_killed_mid_run_loses_no_record(short_plan: Any, tmp_path: Path, fault_matrix: FaultRow) -> None:
+@pytest.mark.parametrize("nats_servers", [1, 3], ids=["single", "cluster3"])
+def test_postgres_killed_mid_run_loses_no_record(
+    short_plan: Any, tmp_path: Path, fault_matrix: FaultRow, nats_servers: int
+) -> None:
     deployment = LocalDeployment(tmp_path / "kvbench")
-    state = deployment.up(sim_machines=2, tie_to_parent=True)  # the embedded, durable PostgreSQL
+    # the embedded, durable PostgreSQL
+    state = deployment.up(sim_machines=2, nats_cluster=nats_servers, tie_to_parent=True)
     try:
         run_id = submit_until_running(state.api_url, _plan(short_plan, "postgres-killed"))
         time.sleep(2)
@@ -101,7 +105,7 @@ def test_postgres_killed_mid_run_loses_no_record(short_plan: Any, tmp_path: Path
         published, stored = sum(r["records_expected"] for r in rows), sum(r["stored"] for r in rows)
         distinct = sum(r["distinct_ids"] for r in rows)
         dead = _dead(deployment.load() or state)
-        fault_matrix("PostgreSQL SIGKILL, back after 3 s", "single", status["status"],
+        fault_matrix("PostgreSQL SIGKILL, back after 3 s", bus_of(state), status["status"],
                      noticed_s=time.monotonic() - killed_at, published=published, stored=stored,
                      distinct=distinct)  # fmt: skip
         assert status["status"] == "succeeded", status
@@ -111,3 +115,38 @@ def test_postgres_killed_mid_run_loses_no_record(short_plan: Any, tmp_path: Path
         assert report["workloads"][0]["validity"]["verdict"] != "incomplete", report["workloads"][0]["validity"]
     finally:
         deployment.down(wipe=True)
+
+
+def test_two_of_three_servers_killed_pause_the_run_and_lose_nothing(
+    short_plan: Any, fresh_database: str, tmp_path: Path, fault_matrix: FaultRow
+) -> None:
+    """Two of a three-server bus killed: the cluster has lost its quorum and JetStream stops (what one server alone
+    holds may not be acknowledged); the services wait. One server back: the run goes on. It ends as it would have,
+    every record published stored once, or fails with a reason that names the bus; nothing acknowledged is lost."""
+    deployment = LocalDeployment(tmp_path / "kvbench")
+    state = deployment.up(sim_machines=2, database_url=fresh_database, nats_cluster=3, tie_to_parent=True)
+    try:
+        run_id = submit_until_running(state.api_url, _plan(short_plan, "quorum-lost"))
+        time.sleep(2)  # records are streaming
+        deployment.kill_nats(1)
+        deployment.kill_nats(2)
+        time.sleep(10)
+        deployment.restart_nats(1)  # two of three again: a quorum, its store on disk
+        back_at = time.monotonic()
+        status = _wait_end(state, run_id)
+        rows = _complete(fresh_database, run_id)
+        published, stored = sum(r["records_expected"] or 0 for r in rows), sum(r["stored"] for r in rows)
+        distinct = sum(r["distinct_ids"] for r in rows)
+        dead = _dead(deployment.load() or state)
+        outcome = status["status"] if status["status"] == "succeeded" else f"failed: {status['reasons'][0]['code']}"
+        fault_matrix("2 of 3 NATS SIGKILL, 1 back 10 s", bus_of(state), outcome,
+                     noticed_s=time.monotonic() - back_at, published=published, stored=stored,
+                     distinct=distinct)  # fmt: skip
+        assert not dead, f"services left dead: {dead}"
+        assert stored == distinct, [dict(r) for r in rows]  # nothing stored twice
+        if status["status"] == "succeeded":
+            assert stored == published, [dict(r) for r in rows]
+        else:  # a reason a person can act on, not an internal error
+            assert status["reasons"][0]["code"] != "internal_error", status
+    finally:
+        deployment.down()

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from .conftest import bus_of
 from .runs import submit_until_running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
@@ -32,7 +33,7 @@ def test_killed_load_generator_fails_its_job_within_the_ttl(
         # 120 s of load: the job's own timeout is minutes away
         assert time.monotonic() - killed_at < HEARTBEAT_TTL_S + 15, job
         time.sleep(0.5)
-    fault_matrix("load generator SIGKILL", "single", "job failed: load generator lost",
+    fault_matrix("load generator SIGKILL", bus_of(state), "job failed: load generator lost",
                  noticed_s=time.monotonic() - killed_at)  # fmt: skip
     assert job["status"] == "failed"
     assert "load generator loadgen" in job["reason"]

@@ -10,6 +10,8 @@ import asyncpg
 import httpx
 import pytest
 
+from .conftest import bus_of
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 
@@ -65,7 +67,7 @@ def test_planner_killed_mid_run_resumes_without_repeating_jobs(
     while (run := _status(state.api_url, run_id))["status"] not in ("succeeded", "failed", "cancelled"):
         assert time.monotonic() < deadline, run
         time.sleep(0.5)
-    fault_matrix("planner SIGKILL", "single", str(run["status"]), noticed_s=time.monotonic() - killed_at)
+    fault_matrix("planner SIGKILL", bus_of(state), str(run["status"]), noticed_s=time.monotonic() - killed_at)
     assert run["status"] == "succeeded", run
 
     async def starts() -> dict[str, int]:

@@ -11,6 +11,7 @@ import pytest
 
 from kvbench_cli.api import Endpoints, fetch_report
 
+from .conftest import bus_of
 from .runs import record_counts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
@@ -54,7 +55,7 @@ def test_reporter_killed_mid_run_loses_and_duplicates_nothing(
             break
         time.sleep(1.0)
     published = sum(r["records_expected"] for r in rows)
-    fault_matrix("reporter SIGKILL", "single", "succeeded, records caught up", published=published,
+    fault_matrix("reporter SIGKILL", bus_of(state), "succeeded, records caught up", published=published,
                  stored=sum(r["stored"] for r in rows), distinct=sum(r["distinct_ids"] for r in rows))  # fmt: skip
     assert len(rows) == 2
     for row in rows:

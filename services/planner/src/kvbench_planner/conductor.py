@@ -505,6 +505,9 @@ class Conductor:
         bus_back_at, failing = 0.0, False
         while True:
             await asyncio.sleep(1.0)
+            if not await self._jetstream_answers(failing):
+                failing = True
+                continue
             try:
                 kv = await self.bus.kv("kvbench_loadgens")
                 if len(owner) < len(ends):
@@ -536,6 +539,18 @@ class Conductor:
                     log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
                 failing = True
 
+    async def _jetstream_answers(self, failing: bool) -> bool:
+        """Whether JetStream itself answers: a cluster that lost its quorum does not, though a server left alone
+        still serves reads of what it holds (a heartbeat that stopped changing, then, is the bus's fault, and the
+        keys that expire meanwhile are not nodes lost). Says so in the log once an outage."""
+        try:
+            await self.bus.js.account_info()
+        except Exception as exc:  # any failure here is the bus's, and is waited out
+            if not failing:
+                log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
+            return False
+        return True
+
     async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event, running: dict[str, str]) -> None:
         """Only an expired heartbeat means a lost node. The bus itself failing (a NATS server down or restarting,
         a timeout) is not a node's fault: the watcher waits for it to come back, and after it does gives the agents
@@ -548,6 +563,12 @@ class Conductor:
         failing = False
         while not stop.is_set():
             await asyncio.sleep(1.0)
+            if not await self._jetstream_answers(failing):
+                failing = True
+                continue
+            if failing:
+                failing, bus_back_at = False, time.monotonic()
+                log.info("the bus answers again")
             for node_id in node_ids:
                 try:
                     entry = await kv.get(node_id)
