@@ -121,8 +121,8 @@ def test_two_of_three_servers_killed_pause_the_run_and_lose_nothing(
     short_plan: Any, fresh_database: str, tmp_path: Path, fault_matrix: FaultRow
 ) -> None:
     """Two of a three-server bus killed: the cluster has lost its quorum and JetStream stops (what one server alone
-    holds may not be acknowledged); the services wait. One server back: the run goes on. It ends as it would have,
-    every record published stored once, or fails with a reason that names the bus; nothing acknowledged is lost."""
+    holds may not be acknowledged); the services wait. One server back: the run goes on and ends as it would have,
+    every record published stored once."""
     deployment = LocalDeployment(tmp_path / "kvbench")
     state = deployment.up(sim_machines=2, database_url=fresh_database, nats_cluster=3, tie_to_parent=True)
     try:
@@ -143,10 +143,8 @@ def test_two_of_three_servers_killed_pause_the_run_and_lose_nothing(
                      noticed_s=time.monotonic() - back_at, published=published, stored=stored,
                      distinct=distinct)  # fmt: skip
         assert not dead, f"services left dead: {dead}"
-        assert stored == distinct, [dict(r) for r in rows]  # nothing stored twice
-        if status["status"] == "succeeded":
-            assert stored == published, [dict(r) for r in rows]
-        else:  # a reason a person can act on, not an internal error
-            assert status["reasons"][0]["code"] != "internal_error", status
+        # the run paused and went on: no node was lost (a lone server's stale heartbeats once said one was)
+        assert status["status"] == "succeeded", status
+        assert stored == published == distinct, [dict(r) for r in rows]
     finally:
         deployment.down()
