@@ -57,10 +57,11 @@ def _json(value: Any) -> Any:
 
 
 def window_steps(
-    series: list[tuple[datetime, Any]], start: datetime, end: datetime, close_by: datetime | None
+    series: list[tuple[datetime, Any]], start: datetime, end: datetime, close_by: datetime | None, from_zero: bool
 ) -> list[Any]:
     """The samples of one engine's time-sorted ``series`` that span [start, end], to difference pairwise: the last
-    sample at or before ``start`` (none: the engine started inside the window and counts from zero), those inside,
+    sample at or before ``start`` (none: with ``from_zero`` the engine started inside the window and counts from
+    zero, else its first sample is the baseline, as for an engine kvbench did not start), those inside,
     and the window's closing scrape, the first one after ``end`` and no later than ``close_by`` (the next job's
     start), which holds what the load's last seconds added (scrapes come every few seconds and a short phase, such
     as an acceptance test's, may fit between two). An engine id names a restarted engine too (an acceptance test's
@@ -68,7 +69,8 @@ def window_steps(
     before = [value for t, value in series if t <= start]
     inside = [value for t, value in series if start < t <= end]
     closing = [value for t, value in series if end < t <= close_by][:1] if close_by is not None else []
-    return [before[-1] if before else {}, *inside, *closing]
+    baseline = before[-1:] or ([{}] if from_zero else [])
+    return [*baseline, *inside, *closing]
 
 
 def _increase(steps: list[Any], key: str) -> float:
@@ -97,7 +99,7 @@ def counter_deltas(
     util: list[float] = []
     for engine_id, series in by_engine.items():
         series.sort(key=lambda item: item[0])
-        steps = window_steps([(t, s) for t, s, _ in series], start, end, close_by)
+        steps = window_steps([(t, s) for t, s, _ in series], start, end, close_by, from_zero=False)
         role = by_role.setdefault(role_of[engine_id], dict.fromkeys(COUNTERS, 0.0))
         for key in COUNTERS:
             delta = _increase(steps, key)
@@ -140,7 +142,7 @@ def cross_instance_hits(
         series.sort(key=lambda item: item[0])
         if not any(start <= t <= (close_by or end) for t, _ in series):
             continue  # another stack's engine of the same name (the samples are fetched by time, with a margin)
-        steps = window_steps(series, start, end, close_by)
+        steps = window_steps(series, start, end, close_by, from_zero=True)  # only simulated engines count these
         for owner in sorted({owner for step in steps for owner in step}):
             delta = _increase(steps, owner)
             if delta > 0:
