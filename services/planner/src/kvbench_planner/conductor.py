@@ -505,7 +505,7 @@ class Conductor:
         bus_back_at, failing = 0.0, False
         while True:
             await asyncio.sleep(1.0)
-            if not await self._jetstream_answers(failing):
+            if not await _jetstream_answers(self.bus, failing):
                 failing = True
                 continue
             try:
@@ -539,18 +539,6 @@ class Conductor:
                     log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
                 failing = True
 
-    async def _jetstream_answers(self, failing: bool) -> bool:
-        """Whether JetStream itself answers: a cluster that lost its quorum does not, though a server left alone
-        still serves reads of what it holds (a heartbeat that stopped changing, then, is the bus's fault, and the
-        keys that expire meanwhile are not nodes lost). Says so in the log once an outage."""
-        try:
-            await self.bus.js.account_info()
-        except Exception as exc:  # any failure here is the bus's, and is waited out
-            if not failing:
-                log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
-            return False
-        return True
-
     async def _watch_nodes(self, node_ids: list[str], stop: asyncio.Event, running: dict[str, str]) -> None:
         """Only an expired heartbeat means a lost node. The bus itself failing (a NATS server down or restarting,
         a timeout) is not a node's fault: the watcher waits for it to come back, and after it does gives the agents
@@ -563,7 +551,7 @@ class Conductor:
         failing = False
         while not stop.is_set():
             await asyncio.sleep(1.0)
-            if not await self._jetstream_answers(failing):
+            if not await _jetstream_answers(self.bus, failing):
                 failing = True
                 continue
             if failing:
@@ -760,3 +748,16 @@ def _sealed_for(node: dict[str, Any], token: str) -> str:
             "Update kvbench on that machine and restart its agent (kvbench-agent).",
         )
     return seal_for(str(key), token)
+
+
+async def _jetstream_answers(bus: Bus, failing: bool) -> bool:
+    """Whether JetStream itself answers: a cluster that lost its quorum does not, though a server left alone
+    still serves reads of what it holds (a heartbeat that stopped changing, then, is the bus's fault, and the
+    keys that expire meanwhile are not nodes lost). Says so in the log once an outage."""
+    try:
+        await bus.js.account_info()
+    except Exception as exc:  # any failure here is the bus's, and is waited out
+        if not failing:
+            log.warning("the bus does not answer; waiting for it", extra={"error": str(exc)[:200]})
+        return False
+    return True
