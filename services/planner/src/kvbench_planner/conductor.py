@@ -570,9 +570,6 @@ class Conductor:
                     failing = True
                     break
                 else:
-                    if failing:
-                        failing, bus_back_at = False, time.monotonic()
-                        log.info("the bus answers again")
                     deployment = running.get(node_id)
                     if deployment is not None and entry.value:
                         try:

@@ -623,16 +623,14 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 scale = float(job["time_scale"] or 1.0)
                 start = job["started_at"] + timedelta(seconds=warmup / scale)
                 end = job["started_at"] + timedelta(seconds=load_end / scale)
-                samples = await store.engine_samples(
-                    run_id, job["started_at"] - timedelta(seconds=10), end + timedelta(seconds=10)
-                )
+                margin_end = end + timedelta(seconds=10)
+                samples = await store.engine_samples(run_id, job["started_at"] - timedelta(seconds=10), margin_end)
                 # an acceptance test's phases are short and the planner pauses after each for a closing scrape: it
                 # may come after the window's end, but not after the next job began (other jobs end at their last
                 # scrape inside, as the load of the next may follow at once)
                 close_by = None
                 if (spec.get("measurement") or {}).get("acceptance"):
-                    close_by = next((t for t in starts if t > job["started_at"]), end + timedelta(seconds=10))
-                    close_by = min(close_by, end + timedelta(seconds=10))
+                    close_by = min(next((t for t in starts if t > job["started_at"]), margin_end), margin_end)
                 deltas = counter_deltas(samples, start, end, close_by) if samples else None
                 entry["engine_counters"] = deltas
                 entry["cross_instance_hits"] = cross_instance_hits(samples, start, end, close_by) if samples else {}
