@@ -47,13 +47,14 @@ from kvbench_contracts.streams import BUCKETS, STREAMS, StreamSpec, stream_for_s
 from kvbench_core.access import inbox_prefix
 from kvbench_core.metrics import metric_name
 
-__all__ = ["Bus", "BusMetrics", "NatsAuth", "Subscription", "nats_servers"]
+__all__ = ["TRANSIENT_BUS_ERRORS", "Bus", "BusMetrics", "NatsAuth", "Subscription", "nats_servers"]
 
 log = logging.getLogger(__name__)
 
 _SCHEMA_FIELD = re.compile(rb'"schema"\s*:\s*"([^"\\]{1,200})"')
 
 E = TypeVar("E", bound=Envelope)
+T = TypeVar("T")
 Handler = Callable[[Envelope], Awaitable[None]]
 BatchHandler = Callable[[list[Envelope]], Awaitable[None]]
 
@@ -100,6 +101,23 @@ class NatsAuth:
         if self.ca_file:
             options["tls"] = ssl.create_default_context(cafile=self.ca_file)
         return options
+
+
+async def _retrying(operation: Callable[[], Awaitable[T]], subject: str, retry_for_s: float) -> T:
+    """``operation``'s result, tried again with back-off while the bus says it is recovering, for at most
+    ``retry_for_s``; its last error is raised after that (and any other error at once)."""
+    deadline = time.monotonic() + retry_for_s
+    attempt = 0
+    while True:
+        try:
+            return await operation()
+        except TRANSIENT_BUS_ERRORS as exc:
+            attempt += 1
+            if time.monotonic() + backoff_s(attempt, 0.2, 2.0) > deadline:
+                raise
+            log.warning("bus did not acknowledge; retrying", extra={"subject": subject, "attempt": attempt,
+                                                                     "error": type(exc).__name__})  # fmt: skip
+            await asyncio.sleep(backoff_s(attempt, 0.2, 2.0))
 
 
 class BusMetrics:
@@ -224,21 +242,15 @@ class Bus:
         ``retry_for_s``: the message keeps its id, so JetStream stores it once however often it is sent."""
         subject = message.subject()
         body, headers = message.to_bytes(), {"Nats-Msg-Id": message.event_id}
-        deadline = time.monotonic() + retry_for_s
-        attempt = 0
-        while True:
-            try:
-                await self.js.publish(subject, body, headers=headers)
-                break
-            except TRANSIENT_BUS_ERRORS as exc:
-                attempt += 1
-                if time.monotonic() + backoff_s(attempt, 0.2, 2.0) > deadline:
-                    raise
-                log.warning("publish not acknowledged; retrying", extra={"subject": subject, "attempt": attempt,
-                                                                         "error": type(exc).__name__})  # fmt: skip
-                await asyncio.sleep(backoff_s(attempt, 0.2, 2.0))
+        await _retrying(lambda: self.js.publish(subject, body, headers=headers), subject, retry_for_s)
         if self._metrics:
             self._metrics.published.labels(message.schema_name).inc()
+
+    async def kv_put(self, bucket: str, key: str, value: bytes, retry_for_s: float = PUBLISH_RETRY_S) -> None:
+        """Write one key, retried as ``publish`` is while the bus recovers: a put of the same value twice leaves
+        the same state, so a put acknowledged but not answered does no harm when it is sent again."""
+        kv = await _retrying(lambda: self.kv(bucket), f"$KV.{bucket}", retry_for_s)
+        await _retrying(lambda: kv.put(key, value), f"$KV.{bucket}.{key}", retry_for_s)
 
     def subscribe(
         self,

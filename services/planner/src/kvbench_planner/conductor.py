@@ -36,7 +36,7 @@ from kvbench_contracts.events import (
 from kvbench_contracts.node import Heartbeat, LoadgenHeartbeat, shard_key
 from kvbench_contracts.plan import JobPoint, Plan, SimCluster, Workload
 from kvbench_contracts.problem import KvbenchError, Problem
-from kvbench_core.bus import Bus
+from kvbench_core.bus import TRANSIENT_BUS_ERRORS, Bus
 from kvbench_core.sealing import SealingError, seal_for
 from kvbench_planner.cluster import Machine
 from kvbench_planner.registry import Registry
@@ -44,7 +44,7 @@ from kvbench_planner.settings import PlannerSettings
 from kvbench_planner.state import JobState, RunState, expand_jobs
 from kvbench_stacks.catalog import get_stack
 
-__all__ = ["CONTROL_EVENTS", "Conductor", "RunFailedError", "sim_cluster"]
+__all__ = ["CONTROL_EVENTS", "BusUnavailableError", "Conductor", "RunFailedError", "sim_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ CONTROL_EVENTS: tuple[type[Envelope], ...] = (
     JobProgressed,
 )
 
+SUBMIT_BUS_WAIT_S = 10.0  # how long a submission waits for a bus that does not acknowledge before it is refused
 LOADGEN_END_GRACE_S = 5.0  # a shard gone from its load generator's heartbeat: how long its end may still take
 HEARTBEAT_GRACE_S = 10.0  # after the bus comes back: about three of an agent's heartbeats (KV TTL 15 s)
 
@@ -119,6 +120,20 @@ class RunFailedError(KvbenchError):
     @classmethod
     def node_restarted(cls, which: str) -> RunFailedError:
         return cls(NODE_RESTARTED.code, f"{NODE_RESTARTED.message} ({which})", NODE_RESTARTED.fix)
+
+
+class BusUnavailableError(KvbenchError):
+    """The bus did not take a new run: nothing was created (the API answers 503 with the problem)."""
+
+
+def _bus_unavailable(waited_s: float, exc: BaseException) -> RunFailedError:
+    return RunFailedError(
+        "bus_unavailable",
+        f"The bus (NATS JetStream) acknowledged nothing for {waited_s:.0f} s ({type(exc).__name__}: "
+        f"{str(exc)[:120]}); the run's state could not be kept, so it stopped",
+        "Start the NATS servers that are down (kvbench status lists them; a cluster of three needs two), then run "
+        "the plan again; KVBENCH_PLANNER_BUS_OUTAGE_S sets how long a run waits for the bus.",
+    )
 
 
 def _cancelled(state: RunState) -> Problem:
@@ -195,7 +210,9 @@ class Conductor:
                 job.progress = _job_progress(event)
                 job.requests, job.errors = event.requests_done, event.errors
         if time.monotonic() - self._last_saved.get(state.run_id, 0) > 2:
-            await self.save(state)
+            # progress only: the next save carries it if the bus does not take this one
+            with contextlib.suppress(RunFailedError):
+                await self.save(state, retry_for_s=2.0)
 
     def _expect(self, key: str) -> asyncio.Future[Envelope]:
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
@@ -212,11 +229,23 @@ class Conductor:
             self._waiters.pop(key, None)
 
     # -- state --------------------------------------------------------------------------------
-    async def save(self, state: RunState) -> None:
+    async def save(self, state: RunState, retry_for_s: float | None = None) -> None:
+        """Write the run's state; a bus that does not acknowledge is waited for up to ``retry_for_s`` (the
+        planner's ``bus_outage_s``), then the run fails as bus_unavailable."""
         state.updated_at = utc_now()
-        kv = await self.bus.kv("kvbench_runs")
-        await kv.put(state.run_id, state.model_dump_json().encode())
+        body = state.model_dump_json().encode()
+        try:
+            await self.bus.kv_put("kvbench_runs", state.run_id, body, retry_for_s or self.settings.bus_outage_s)
+        except TRANSIENT_BUS_ERRORS as exc:
+            raise _bus_unavailable(self.settings.bus_outage_s, exc) from None
         self._last_saved[state.run_id] = time.monotonic()
+
+    async def publish(self, message: Envelope) -> None:
+        """Send a command or fact of the run; a bus that does not acknowledge is waited for as ``save`` does."""
+        try:
+            await self.bus.publish(message, retry_for_s=self.settings.bus_outage_s)
+        except TRANSIENT_BUS_ERRORS as exc:
+            raise _bus_unavailable(self.settings.bus_outage_s, exc) from None
 
     async def load_all(self) -> list[RunState]:
         kv = await self.bus.kv("kvbench_runs")
@@ -244,16 +273,22 @@ class Conductor:
         state = RunState(
             run_id=new_id(), plan_name=plan.name, plan=plan.model_dump(mode="json"), jobs=expand_jobs(plan)
         )
-        self.runs[state.run_id] = state
-        await self.save(state)
-        await self.bus.publish(
-            RunSubmitted(
-                run_id=state.run_id,
-                plan_name=plan.name,
-                plan=state.plan,
-                jobs=[j.model_dump(mode="json") for j in state.jobs],
-            )
+        submitted = RunSubmitted(
+            run_id=state.run_id,
+            plan_name=plan.name,
+            plan=state.plan,
+            jobs=[j.model_dump(mode="json") for j in state.jobs],
         )
+        # a caller waits a moment for the bus, not a whole outage: a run the bus did not take is not created
+        try:
+            await self.bus.kv_put("kvbench_runs", state.run_id, state.model_dump_json().encode(), SUBMIT_BUS_WAIT_S)
+            await self.bus.publish(submitted, retry_for_s=SUBMIT_BUS_WAIT_S)
+        except TRANSIENT_BUS_ERRORS as exc:
+            with contextlib.suppress(Exception):  # the state may have been written before the event failed
+                await (await self.bus.kv("kvbench_runs")).delete(state.run_id)
+            raise BusUnavailableError(_bus_unavailable(SUBMIT_BUS_WAIT_S, exc).problem) from None
+        self.runs[state.run_id] = state
+        self._last_saved[state.run_id] = time.monotonic()
         self._start_task(state)
         return state
 
@@ -266,7 +301,10 @@ class Conductor:
             return None
         task = self._tasks.get(run_id)
         if state.status in ("pending", "running"):
-            await self.bus.publish(RunCancelled(run_id=run_id))  # load generators stop the run's jobs
+            try:  # load generators stop the run's jobs; a bus that does not take it is said at once, not waited out
+                await self.bus.publish(RunCancelled(run_id=run_id), retry_for_s=SUBMIT_BUS_WAIT_S)
+            except TRANSIENT_BUS_ERRORS as exc:
+                raise BusUnavailableError(_bus_unavailable(SUBMIT_BUS_WAIT_S, exc).problem) from None
         if task and not task.done():
             self._cancelling.add(run_id)
             task.cancel()
@@ -292,7 +330,7 @@ class Conductor:
                 job.status = "cancelled" if status == "cancelled" else "failed"
                 job.reason = job.reason or (reasons[0].message if reasons else status)
         await self.save(state)
-        await self.bus.publish(RunFinished(run_id=state.run_id, status=state.status, reasons=reasons))
+        await self.publish(RunFinished(run_id=state.run_id, status=state.status, reasons=reasons))
         log.info("run finished", extra={"run_id": state.run_id, "status": status})
 
     async def _conduct(self, state: RunState) -> None:
@@ -302,7 +340,7 @@ class Conductor:
             if state.status == "pending":
                 state.status = "running"
                 await self.save(state)
-                await self.bus.publish(RunStarted(run_id=state.run_id))
+                await self.publish(RunStarted(run_id=state.run_id))
             for index, workload in enumerate(plan.workloads):
                 jobs = [j for j in state.jobs if j.workload == workload.name]
                 if all(j.status in ("succeeded", "failed") for j in jobs):
@@ -391,7 +429,7 @@ class Conductor:
             dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
             deployments[node_id] = dep
             waits[dep] = self._expect(f"stack:{dep}")
-            await self.bus.publish(
+            await self.publish(
                 StartStack(
                     node_id=node_id,
                     run_id=state.run_id,
@@ -439,7 +477,7 @@ class Conductor:
         that empties its prefix cache (TensorRT-LLM) starts the acceptance test's reset phase."""
         waits = {dep: self._expect(f"restarted:{dep}") for _, dep in pairs}
         for node_id, dep in pairs:
-            await self.bus.publish(RestartEngines(node_id=node_id, run_id=state.run_id, deployment_id=dep))
+            await self.publish(RestartEngines(node_id=node_id, run_id=state.run_id, deployment_id=dep))
         failures: list[str] = []
         for dep, future in waits.items():
             try:
@@ -489,7 +527,7 @@ class Conductor:
         for node_id, dep in pairs:
             if wait and node_id in live:
                 waits.append((dep, self._expect(f"stopped:{dep}")))
-            await self.bus.publish(StopStack(node_id=node_id, run_id=state.run_id, deployment_id=dep))
+            await self.publish(StopStack(node_id=node_id, run_id=state.run_id, deployment_id=dep))
         if waits:
             await asyncio.wait([future for _, future in waits], timeout=30)
         for dep, _ in waits:
@@ -658,7 +696,7 @@ class Conductor:
             job.status = "running"
             await self.save(state)
             for index in range(shards):  # each shard is one work-queue message: any free load generator takes it
-                await self.bus.publish(
+                await self.publish(
                     RunLoad(
                         run_id=state.run_id,
                         job_id=job.job_id,

@@ -25,6 +25,14 @@ class PlannerSettings(ApiTokenSettings, SecretsKeySettings):
         "longer than the agents' scrape interval (2 s), so each phase's engine counters are read before and after "
         "it, not shared with the phase next to it",
     )
+    bus_outage_s: float = Field(
+        300.0,
+        ge=5,
+        le=86_400,
+        description="How long a run waits for a bus that does not acknowledge (a NATS server down, a cluster that "
+        "lost its quorum) before it fails as bus_unavailable; its state and commands are re-sent with their ids "
+        "meanwhile, so nothing is stored twice",
+    )
     loadgen_shards: int = Field(1, ge=1, le=256, description="Load generator processes that share each job")
     node_wait_s: float = Field(20.0, ge=0, description="How long to wait for a cluster's agents to register")
     launcher: Literal["process", "docker"] = Field("process", description="How agents start real stacks")

@@ -19,7 +19,7 @@ from kvbench_core.metrics import new_registry
 from kvbench_planner.api.deps import AsciiJSONResponse, PlannerMetrics
 from kvbench_planner.api.openapi import PLAN_DEFS
 from kvbench_planner.api.routes import catalog, machines, ops, plans, runs, secrets, switches
-from kvbench_planner.conductor import CONTROL_EVENTS, Conductor
+from kvbench_planner.conductor import CONTROL_EVENTS, BusUnavailableError, Conductor
 from kvbench_planner.registry import Registry, SecretsKeyMissingError
 from kvbench_planner.settings import PlannerSettings
 
@@ -82,6 +82,11 @@ def create_app(settings: PlannerSettings) -> FastAPI:
             "-base64 32`, or KVBENCH_SECRETS_KEY; `kvbench up` makes one.",
         }
         return AsciiJSONResponse({"detail": [problem]}, status_code=409)
+
+    @app.exception_handler(BusUnavailableError)
+    async def bus_unavailable(_: Request, exc: BusUnavailableError) -> JSONResponse:
+        problem = {"field": "", **exc.problem.as_reason()}
+        return AsciiJSONResponse({"detail": [problem]}, status_code=503, headers={"Retry-After": "10"})
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
