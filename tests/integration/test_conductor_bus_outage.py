@@ -53,7 +53,9 @@ async def test_run_state_waits_out_a_short_outage_and_fails_by_name_after_a_long
             settings = PlannerSettings(bus_outage_s=6)
             conductor = Conductor(bus, settings, Registry(bus))
             plan = _plan()
-            state = RunState(run_id="R1", plan_name=plan.name, plan=plan.model_dump(mode="json"), jobs=expand_jobs(plan))
+            state = RunState(
+                run_id="R1", plan_name=plan.name, plan=plan.model_dump(mode="json"), jobs=expand_jobs(plan)
+            )
 
             # a 3 s outage inside the 6 s allowance: the write waits and lands
             outage = asyncio.create_task(_stopped_for(server.pid, 3))
@@ -74,7 +76,8 @@ async def test_run_state_waits_out_a_short_outage_and_fails_by_name_after_a_long
                 os.kill(server.pid, signal.SIGCONT)
             problem = failed.value.problem
             assert problem.code == "bus_unavailable", problem
-            assert "KVBENCH_PLANNER_BUS_OUTAGE_S" in problem.fix and "kvbench status" in problem.fix
+            assert "KVBENCH_PLANNER_BUS_OUTAGE_S" in problem.fix
+            assert "kvbench status" in problem.fix
     finally:
         if server.pid:
             os.kill(server.pid, signal.SIGCONT)

@@ -216,3 +216,66 @@ def test_engines_per_cache_server_groups_the_pools_engines_around_their_servers(
     assert remote
     assert all('"lmcache.mp.host":"tcp://10.0.0.1","lmcache.mp.port":5555' in argv for argv in remote)
     assert "--l1-size-gb 64 " in " ".join(next(p for p in out["gpu-a"] if p.role == "lmcache").argv)
+
+
+def _engine_images(stack: str, version: str | None, vendor: str = "nvidia", gpu_model: str | None = None) -> set[str]:
+    ctx = context(stack, vendor=vendor).model_copy(
+        update={
+            "engine": EngineSettings(name=stack.split("-", maxsplit=1)[0], version=version),
+            "machines": [PoolMachine(name="gpu-a", host="10.0.0.1", gpus=2, vendor=vendor, gpu_model=gpu_model)],
+        }
+    )
+    return {p.image or "" for procs in render(ctx).values() for p in procs if p.role == "engine"}
+
+
+@pytest.mark.parametrize(
+    ("stack", "version", "vendor", "gpu_model", "image"),
+    [
+        # vLLM's release scripts tag v<version> (they strip a leading v from the release and add it back)
+        ("vllm-prefix-gpu", "0.28.0", "nvidia", "L40S", "vllm/vllm-openai:v0.28.0"),
+        ("vllm-prefix-gpu", "v0.33.0", "nvidia", "H100", "vllm/vllm-openai:v0.33.0"),
+        ("vllm-prefix-gpu", "0.25.1", "amd", "MI300X", "vllm/vllm-openai-rocm:v0.25.1"),
+        # SGLang's release workflow: v<version>; its AMD images are per GPU family
+        ("sglang-radix", "0.5.20", "nvidia", "H100", "lmsysorg/sglang:v0.5.20"),
+        ("sglang-radix", "0.5.23", "amd", "MI300X", "lmsysorg/sglang:v0.5.23-rocm700-mi30x"),
+        ("sglang-radix", "0.5.23", "amd", "MI355X", "lmsysorg/sglang:v0.5.23-rocm700-mi35x"),
+        # NGC's TensorRT-LLM tags carry no v
+        ("trtllm-reuse", "1.2.0", "nvidia", "H100", "nvcr.io/nvidia/tensorrt-llm/release:1.2.0"),
+        # no version in the plan: the newest one the stack's recipe was checked on, never a moving tag
+        ("vllm-prefix-gpu", None, "nvidia", "L40S", "vllm/vllm-openai:v0.33.0"),
+        ("sglang-hicache-host", None, "amd", "MI325X", "lmsysorg/sglang:v0.5.23-rocm700-mi30x"),
+    ],
+)
+def test_engine_images_are_tagged_as_each_project_publishes_them(
+    stack: str, version: str | None, vendor: str, gpu_model: str, image: str
+) -> None:
+    assert _engine_images(stack, version, vendor, gpu_model) == {image}
+
+
+TRTLLM_RECORDED = Path(__file__).resolve().parents[3] / "tools" / "conformance" / "recorded" / "trtllm.toml"
+
+
+@pytest.mark.parametrize("stack", sorted(s for s in RECIPES if s.startswith("trtllm")))
+def test_trtllm_configs_use_only_fields_tensorrt_llm_defines(stack: str) -> None:
+    """TensorRT-LLM's LLM arguments are strict models (an unknown key is refused at start): every key of every
+    rendered engine config must be one its source defines (tools/conformance/recorded/trtllm.toml, read off
+    NVIDIA/TensorRT-LLM's llm_args.py), with a backend and connector preset it knows."""
+    import tomllib  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    known = tomllib.loads(TRTLLM_RECORDED.read_text())["llm_args"]
+    nested = {"kv_cache_config": "KvCacheConfig", "cache_transceiver_config": "CacheTransceiverConfig",
+              "kv_connector_config": "KvCacheConnectorConfig"}  # fmt: skip
+    engines = [p for procs in render(context(stack)).values() for p in procs if p.name.startswith("engine")]
+    assert engines
+    for process in engines:
+        config = yaml.safe_load(next(iter(process.files.values())))
+        assert set(config) <= set(known["top_level"]), set(config) - set(known["top_level"])
+        for key, model in nested.items():
+            assert set(config.get(key, {})) <= set(known[model]), (key, set(config.get(key, {})) - set(known[model]))
+        assert config["return_perf_metrics"] is True  # else its per-request counters stay empty
+        if "cache_transceiver_config" in config:
+            assert config["cache_transceiver_config"]["backend"] in known["cache_transceiver_backends"]
+        if "kv_connector_config" in config:
+            assert config["kv_connector_config"]["connector"] in known["connector_presets"]

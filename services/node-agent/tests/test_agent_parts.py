@@ -103,7 +103,36 @@ def test_sglang_trtllm_and_lmcache() -> None:
     # SGLang's sglang:num_retracted_reqs is a gauge (2 now); the cumulative count is the _total counter
     assert s["preemptions"] == 5
     assert engine_kind(sample("trtllm.txt")) == "trtllm"
-    assert normalize(sample("trtllm.txt"))["kv_bytes_stored_host"] == 2_000_000
+    t = normalize(sample("trtllm.txt"))
+    assert t["kv_bytes_stored_host"] == 2_000_000
+    # TensorRT-LLM's cached tokens by the tier backing each cache level, not all of them filed as the GPU's
+    assert (t["prompt_tokens_gpu"], t["prompt_tokens_host"], t["prompt_tokens_disk"]) == (12_000, 8_000, 0)
+    assert (t["prompt_tokens"], t["prompt_tokens_recomputed"]) == (50_000, 30_000)
+    assert (t["kv_blocks_reused"], t["kv_blocks_missed"], t["kv_usage"]) == (625, 937, 0.42)
+
+
+def test_trtllm_reads_are_families_tensorrt_llm_defines_with_their_types() -> None:
+    """No TensorRT-LLM runs here: its MetricsCollector's families were read off its source (recorded with the
+    commit); every TensorRT-LLM series the normaliser reads must be one of them, of the same type."""
+    import tomllib  # noqa: PLC0415
+
+    from kvbench_node_agent.engine_metrics import reads_of  # noqa: PLC0415
+
+    recorded = Path(__file__).resolve().parents[3] / "tools" / "conformance" / "recorded" / "trtllm.toml"
+    families: dict[str, str] = tomllib.loads(recorded.read_text())["metrics"]["families"]
+    reads = reads_of("trtllm")
+    assert reads
+    for read in reads:
+        assert families.get(read.family) == read.kind, (read.family, families.get(read.family), read.kind)
+
+
+def test_vllm_hit_rate_denominators_from_a_real_0_25_1_text() -> None:
+    """vLLM's own queries counters (tokens asked of its GPU prefix cache and of its KV connector) beside its hits:
+    the denominators of the hit rates the report gives, from a real vLLM 0.25.1 /metrics text."""
+    n = normalize(sample("lmcache-0.5.1/vllm_metrics_lmc2.txt"), external=None)
+    assert n["prefix_cache_queries"] == 32_656_016
+    assert 0 <= n["prefix_cache_hits"] <= n["prefix_cache_queries"]
+    assert 0 < n["external_cache_hits"] <= n["external_cache_queries"]
 
 
 def test_lmcache_0_5_1_real_counters_give_hits_by_tier_and_the_l2_writes() -> None:
@@ -217,7 +246,8 @@ def test_docker_commands_for_gpus_rdma_and_secrets(tmp_path: Path) -> None:
     assert text.startswith("docker run -d --rm --name kvbench-dep1-engine-0 --network host --ipc host")
     assert '--gpus "device=0"' in text
     assert "--device /dev/infiniband --ulimit memlock=-1" in text
-    assert "vllm/vllm-openai:0.28.0 vllm serve Qwen/Qwen3-8B" in text
+    # vLLM's release tag, and the recipe's command as it is: the image's own entrypoint (`vllm serve`) replaced
+    assert "--entrypoint vllm vllm/vllm-openai:v0.28.0 serve Qwen/Qwen3-8B" in text
     # the token's name only: docker takes its value from its own environment, never from the command line
     assert argv[argv.index("HF_TOKEN") - 1] == "-e"
     assert "HF_TOKEN=" not in text

@@ -14,14 +14,16 @@ __all__ = ["PoolMachine", "RestartEngines", "RunLoad", "StartStack", "StopStack"
 
 
 class PoolMachine(BaseModel):
-    """One machine of a workload's pool, as every agent of the pool renders the stack's recipe for it."""
+    """One machine of a workload's pool, as every agent of the pool renders the stack's recipe for it. A wire model:
+    it tolerates fields it does not know (a newer planner's, sent to an agent not yet updated)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     name: str
     host: str = Field(description="Address the other machines reach it at")
     gpus: int = Field(ge=0)
     vendor: str = "nvidia"
+    gpu_model: str | None = Field(None, description="As its inventory says (L40S, MI300X): some images are per GPU")
 
 
 class StartStack(Envelope):

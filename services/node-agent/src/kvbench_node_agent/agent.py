@@ -215,6 +215,7 @@ class NodeAgent:
                 host=self.inventory.address or "127.0.0.1",
                 gpus=self.inventory.gpus,
                 vendor=self.inventory.vendor or "nvidia",
+                gpu_model=self.inventory.gpu_model,
             )
         ]
         ctx = RenderContext.for_pool(command.stack, command.model, command.engine, command.kv_tier, command.sizing,

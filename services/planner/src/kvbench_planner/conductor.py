@@ -420,6 +420,7 @@ class Conductor:
                 host=str(n.get("address") or n.get("hostname") or "127.0.0.1"),
                 gpus=int(workload.sizing.gpus_per_machine or n.get("gpus") or 0),
                 vendor=str(n.get("vendor") or "nvidia"),
+                gpu_model=str(n["gpu_model"]) if n.get("gpu_model") else None,
             )
             for n in nodes
         ]

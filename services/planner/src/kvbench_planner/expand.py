@@ -56,7 +56,13 @@ def _commands(w: Workload, machines: list[Machine]) -> dict[str, list[dict[str, 
     if not machines:
         return {}
     pool = [
-        PoolMachine(name=m.name, host=m.name, gpus=w.sizing.gpus_per_machine or m.gpus, vendor=m.vendor or "nvidia")
+        PoolMachine(
+            name=m.name,
+            host=m.name,
+            gpus=w.sizing.gpus_per_machine or m.gpus,
+            vendor=m.vendor or "nvidia",
+            gpu_model=m.gpu_model,
+        )
         for m in machines
     ]
     ctx = RenderContext.for_pool(

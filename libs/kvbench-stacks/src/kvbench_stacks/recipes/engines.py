@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 
 from kvbench_stacks.recipes.common import EngineSlot, gpu_env, image_for, role_of, user_args
+from kvbench_stacks.recipes.images import image_version, sglang_image, trtllm_image, vllm_image
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 
@@ -19,7 +20,6 @@ def vllm(
     files: dict[str, str] | None = None,
     prefix_cache: bool = True,
 ) -> ProcessSpec:
-    tag = ctx.engine.version or "latest"
     rocm = ctx.machines[slot.machine].vendor == "amd"
     argv = [
         "vllm",
@@ -47,14 +47,13 @@ def vllm(
         metrics=(slot.port, "/metrics"),
         gpus=slot.gpus,
         binary="vllm",
-        image=image_for(ctx, f"vllm/vllm-openai-rocm:{tag}" if rocm else f"vllm/vllm-openai:{tag}"),
+        image=image_for(ctx, vllm_image(image_version(ctx.stack, "vllm", ctx.engine.version), rocm)),
         serves_requests=slot.role in ("engine", "decode"),
     )
 
 
 def sglang(ctx: RenderContext, slot: EngineSlot, extra: list[str], env: dict[str, str] | None = None) -> ProcessSpec:
-    tag = ctx.engine.version or "latest"
-    rocm = ctx.machines[slot.machine].vendor == "amd"
+    machine = ctx.machines[slot.machine]
     argv = [
         "python3",
         "-m",
@@ -85,14 +84,25 @@ def sglang(ctx: RenderContext, slot: EngineSlot, extra: list[str], env: dict[str
         metrics=(slot.port, "/metrics"),
         gpus=slot.gpus,
         binary="python-module:sglang",
-        image=image_for(ctx, f"lmsysorg/sglang:{tag}-rocm" if rocm else f"lmsysorg/sglang:{tag}"),
+        image=image_for(
+            ctx,
+            sglang_image(
+                image_version(ctx.stack, "sglang", ctx.engine.version), machine.vendor == "amd", machine.gpu_model
+            ),
+        ),
         serves_requests=slot.role in ("engine", "decode"),
     )
 
 
 def trtllm(ctx: RenderContext, slot: EngineSlot, config: dict[str, Any]) -> ProcessSpec:
     name = f"engine-{slot.index}"
-    base: dict[str, Any] = {"kv_cache_config": {"free_gpu_memory_fraction": 0.9}, "enable_iter_perf_stats": True}
+    # return_perf_metrics: TensorRT-LLM's MetricsCollector fills its per-request counters (prompt and cached tokens,
+    # by cache tier) only with it (tensorrt_llm/metrics/collector.py)
+    base: dict[str, Any] = {
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9},
+        "enable_iter_perf_stats": True,
+        "return_perf_metrics": True,
+    }
     for key, value in config.items():
         base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
     argv = [
@@ -121,7 +131,7 @@ def trtllm(ctx: RenderContext, slot: EngineSlot, config: dict[str, Any]) -> Proc
         metrics=(slot.port, "/prometheus/metrics"),
         gpus=slot.gpus,
         binary="trtllm-serve",
-        image=image_for(ctx, f"nvcr.io/nvidia/tensorrt-llm/release:{ctx.engine.version or 'latest'}"),
+        image=image_for(ctx, trtllm_image(image_version(ctx.stack, "trtllm", ctx.engine.version))),
         serves_requests=slot.role in ("engine", "decode"),
     )
 

@@ -13,6 +13,7 @@ from kvbench_stacks.recipes.common import (
     place,
 )
 from kvbench_stacks.recipes.engines import trtllm
+from kvbench_stacks.recipes.images import image_version, trtllm_image
 from kvbench_stacks.recipes.model import RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
@@ -70,7 +71,7 @@ def trtllm_pd(ctx: RenderContext) -> Machines:  # stacks.md 3, disaggregated ove
         ctx,
         ["trtllm-serve", "disaggregated", "-c", "{run_dir}/disagg.yaml"],
         "trtllm-serve",
-        f"nvcr.io/nvidia/tensorrt-llm/release:{ctx.engine.version or 'latest'}",
+        trtllm_image(image_version(ctx.stack, "trtllm", ctx.engine.version)),
     )
     router = router.model_copy(
         update={

@@ -37,7 +37,8 @@ def docker_argv(
     rdma: bool = False,
     secret_names: Collection[str] = (),
 ) -> list[str]:
-    """``docker run`` for one process. ``secret_names``: variables the container gets from the environment of the
+    """``docker run`` for one process, its command line run as it is (``--entrypoint`` is its program, whatever the
+    image's own entrypoint). ``secret_names``: variables the container gets from the environment of the
     ``docker`` command itself (``-e NAME``, no value): a secret's value never appears on a command line, where any
     user of the machine could read it (``ps``)."""
     argv, env = materialize(spec, run_dir)
@@ -68,7 +69,9 @@ def docker_argv(
         out += ["-e", f"{key}={value}"]
     for name in sorted(secret_names):
         out += ["-e", name]
-    return [*out, spec.image or "MISSING-IMAGE", *argv]
+    # the recipe's command line is the whole command: an image's own entrypoint (vllm/vllm-openai's is `vllm serve`,
+    # older ones `python3 -m vllm.entrypoints.openai.api_server`) would be prefixed to it and double it up
+    return [*out, "--entrypoint", argv[0], spec.image or "MISSING-IMAGE", *argv[1:]]
 
 
 async def launch_process(

@@ -1,0 +1,62 @@
+"""The container images the docker launcher runs, tagged the way each project publishes its releases.
+
+Read off each project's own release code (kept here as facts; none of it is copied):
+- vLLM (``.buildkite/scripts/annotate-release.sh`` and its successor that publishes the release family): the CUDA
+  image is ``vllm/vllm-openai:v<version>`` (the release version with a ``v``; the scripts strip one the tag may
+  carry and add it back), the ROCm image ``vllm/vllm-openai-rocm:v<version>``; ``latest`` follows the newest release.
+- SGLang (``.github/workflows/release-docker.yml``): ``lmsysorg/sglang:v<version>`` (the multi-architecture manifest
+  over ``-cu129-amd64`` and ``-cu129-arm64``). Its AMD images are built per GPU family:
+  ``lmsysorg/sglang:v<version>-rocm700-mi30x`` (MI300X, MI325X) and ``-rocm700-mi35x`` (MI350X, MI355X).
+- TensorRT-LLM (NGC, its quick-start guide): ``nvcr.io/nvidia/tensorrt-llm/release:<version>`` with no ``v``
+  (``1.3.0rc5``).
+
+A plan may name its own image (``engine.args.image``); the agent runs it only where its operator allows it.
+"""
+
+from __future__ import annotations
+
+from kvbench_stacks.catalog import get_stack
+from kvbench_stacks.query import version_tuple
+
+__all__ = ["image_version", "sglang_image", "trtllm_image", "vllm_image"]
+
+# SGLang's AMD images, by the GPU family they are built for
+_SGLANG_AMD_FAMILY = {"MI300X": "mi30x", "MI325X": "mi30x", "MI350X": "mi35x", "MI355X": "mi35x"}
+
+
+def _release(version: str | None) -> str | None:
+    """The release number a tag is built from: ``0.28.0`` for ``0.28.0`` or ``v0.28.0``; None for none."""
+    if not version:
+        return None
+    return version[1:] if version[:1] in ("v", "V") else version
+
+
+def image_version(stack: str, engine: str, version: str | None) -> str | None:
+    """The release an engine image is tagged with: the plan's version, else the newest one the conformance suite
+    checked the stack's recipe on (a moving ``latest`` may no longer accept the rendered arguments); None when
+    neither is known."""
+    if version:
+        return version
+    spec = get_stack(stack)
+    checked = [v.split(" ", 1)[1] for v in (spec.validated_on if spec else ()) if v.startswith(f"{engine} ")]
+    return max(checked, key=version_tuple) if checked else None
+
+
+def vllm_image(version: str | None, rocm: bool) -> str:
+    release = _release(version)
+    tag = f"v{release}" if release else "latest"
+    return f"vllm/vllm-openai-rocm:{tag}" if rocm else f"vllm/vllm-openai:{tag}"
+
+
+def sglang_image(version: str | None, rocm: bool, gpu_model: str | None = None) -> str:
+    release = _release(version)
+    if not rocm:
+        return f"lmsysorg/sglang:v{release}" if release else "lmsysorg/sglang:latest"
+    family = _SGLANG_AMD_FAMILY.get((gpu_model or "").upper(), "mi30x")
+    # SGLang tags its AMD images per release only; every SGLang stack has a checked release (image_version)
+    return f"lmsysorg/sglang:v{release}-rocm700-{family}" if release else "lmsysorg/sglang:latest"
+
+
+def trtllm_image(version: str | None) -> str:
+    release = _release(version)
+    return f"nvcr.io/nvidia/tensorrt-llm/release:{release or 'latest'}"
