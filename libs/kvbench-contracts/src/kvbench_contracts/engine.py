@@ -51,6 +51,15 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     # unattributed connector hits by tier, never adds to them
     "cache_server_hit_tokens_host",
     "cache_server_hit_tokens_disk",
+    # the engines' own hit-rate denominators: tokens their GPU prefix cache was asked for and found (vLLM), tokens
+    # their KV connector was asked for and found (vLLM's external prefix cache), and cache blocks reused and missed
+    # (TensorRT-LLM counts blocks, not tokens)
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "external_cache_queries",
+    "external_cache_hits",
+    "kv_blocks_reused",
+    "kv_blocks_missed",
     "preemptions",
     "sim_tokens_written",
     *(sim_late_counter(bound) for bound in SIM_LATE_BOUNDS_US),

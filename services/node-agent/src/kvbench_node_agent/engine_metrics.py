@@ -21,7 +21,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class MetricRead:
-    engine: str  # vllm | sglang | lmcache
+    engine: str  # vllm | sglang | trtllm | lmcache
     family: str  # the name the engine defines (prometheus_client adds _total to a counter's sample)
     kind: Kind
     use: str
@@ -66,8 +66,12 @@ VLLM_CACHED_BY_SOURCE = _read(
     "vllm", "vllm:prompt_tokens_cached_by_source", "counter", "cache hits by tier", since="0.32.0"
 )
 VLLM_BY_SOURCE = _read("vllm", "vllm:prompt_tokens_by_source", "counter", "local hits, connector hits, recompute")
-VLLM_PREFIX_HITS = _read("vllm", "vllm:prefix_cache_hits", "counter", "GPU prefix-cache hits (older vLLM)")
-VLLM_EXTERNAL_HITS = _read("vllm", "vllm:external_prefix_cache_hits", "counter", "connector hits (older vLLM)")
+VLLM_PREFIX_HITS = _read("vllm", "vllm:prefix_cache_hits", "counter", "GPU prefix-cache hits (tokens)")
+VLLM_PREFIX_QUERIES = _read("vllm", "vllm:prefix_cache_queries", "counter", "tokens asked of the GPU prefix cache")
+VLLM_EXTERNAL_HITS = _read("vllm", "vllm:external_prefix_cache_hits", "counter", "connector hits (tokens)")
+VLLM_EXTERNAL_QUERIES = _read(
+    "vllm", "vllm:external_prefix_cache_queries", "counter", "tokens asked of the KV connector"
+)
 VLLM_OFFLOAD_LOAD = _read("vllm", "vllm:kv_offload_load_bytes", "counter", "bytes loaded from host memory")
 VLLM_OFFLOAD_STORE = _read("vllm", "vllm:kv_offload_store_bytes", "counter", "bytes stored to host memory")
 # the offload connector's disk tiering: first defined in 0.28.0 (not in 0.25.1 to 0.27.0)
@@ -96,6 +100,20 @@ SGLANG_TRANSFER_MB = _read("sglang", "sglang:kv_transfer_total_mb", "histogram",
 # a counter of retracted requests; sglang:num_retracted_reqs is a gauge (the requests retracted now)
 SGLANG_RETRACTED = _read("sglang", "sglang:num_retracted_requests_total", "counter", "preemptions")
 SGLANG_TOKEN_USAGE = _read("sglang", "sglang:token_usage", "gauge", "GPU KV usage")
+
+# TensorRT-LLM (tensorrt_llm/metrics/collector.py, MetricsCollector; read off NVIDIA/TensorRT-LLM at commit 050f80d,
+# no wheel installs here: tools/conformance/recorded/trtllm.toml keeps the families with their types, and the agent's
+# tests hold these reads to it). The per-request counters need `return_perf_metrics: true` in the engine's config.
+TRTLLM_PROMPT = _read("trtllm", "trtllm_prompt_tokens_total", "counter", "prompt_tokens")
+TRTLLM_CACHED = _read("trtllm", "trtllm_prompt_cached_tokens_total", "counter", "prompt tokens served from KV cache")
+TRTLLM_CACHED_BY_TIER = _read(
+    "trtllm", "trtllm_prompt_cache_hit_tokens_total", "counter", "the same by cache_level and cache_tier gpu/host/disk"
+)
+TRTLLM_BLOCKS_REUSED = _read("trtllm", "trtllm_kv_cache_reused_blocks", "counter", "KV cache blocks reused")
+TRTLLM_BLOCKS_MISSED = _read("trtllm", "trtllm_kv_cache_missed_blocks", "counter", "KV cache blocks missed")
+TRTLLM_ONBOARD = _read("trtllm", "trtllm_kv_cache_onboard_bytes_total", "counter", "bytes host -> GPU")
+TRTLLM_OFFLOAD = _read("trtllm", "trtllm_kv_cache_offload_bytes_total", "counter", "bytes GPU -> host")
+TRTLLM_KV_USAGE = _read("trtllm", "trtllm_kv_cache_utilization", "gauge", "GPU KV usage")
 
 # LMCache: the MP server's OpenTelemetry instruments (lmcache/v1/mp_observability/subscribers/metrics/*.py), named as
 # OpenTelemetry's Prometheus exporter writes them (dots to underscores, the unit appended), and the in-process

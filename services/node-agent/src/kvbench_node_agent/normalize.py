@@ -154,6 +154,10 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
     # vLLM labels the store's operations load_get / save_put (and save_exists / lookup_exists, which move no KV)
     _put(out, "kv_bytes_loaded_remote", _sum_any(s, m.VLLM_STORE_BYTES.total, "load_get", "get"))
     _put(out, "kv_bytes_stored_remote", _sum_any(s, m.VLLM_STORE_BYTES.total, "save_put", "put"))
+    _put(out, "prefix_cache_queries", _sum(s, m.VLLM_PREFIX_QUERIES.total))
+    _put(out, "prefix_cache_hits", _sum(s, m.VLLM_PREFIX_HITS.total))
+    _put(out, "external_cache_queries", _sum(s, m.VLLM_EXTERNAL_QUERIES.total))
+    _put(out, "external_cache_hits", _sum(s, m.VLLM_EXTERNAL_HITS.total))
     _put(out, "preemptions", _sum(s, m.VLLM_PREEMPTIONS.total))
     _put(out, "kv_usage", _sum(s, m.VLLM_KV_USAGE.family))
     return out
@@ -187,16 +191,30 @@ def _sglang(s: Samples) -> Samples:
     return out
 
 
+_TRTLLM_TIERS = {"gpu": "prompt_tokens_gpu", "host": "prompt_tokens_host", "disk": "prompt_tokens_disk"}
+
+
 def _trtllm(s: Samples) -> Samples:
+    """TensorRT-LLM's MetricsCollector: prompt tokens served from the KV cache by the tier backing each cache level
+    (``cache_tier`` gpu, host or disk; pages prefetched from disk to host count as host), else all of them as the
+    GPU's; blocks reused and missed; bytes between GPU and host."""
     out: Samples = {}
-    _put(
-        out,
-        "prompt_tokens_gpu",
-        _first(s, ("trtllm_prompt_cache_hit_tokens_total", {}), ("trtllm_prompt_cached_tokens_total", {})),
-    )
-    _put(out, "kv_bytes_loaded_host", _sum(s, "trtllm_kv_cache_onboard_bytes_total"))
-    _put(out, "kv_bytes_stored_host", _sum(s, "trtllm_kv_cache_offload_bytes_total"))
-    _put(out, "kv_usage", _sum(s, "trtllm_kv_cache_utilization"))
+    by_tier = {tier: _sum(s, m.TRTLLM_CACHED_BY_TIER.total, cache_tier=tier) for tier in _TRTLLM_TIERS}
+    if any(v is not None for v in by_tier.values()):
+        for tier, key in _TRTLLM_TIERS.items():
+            out[key] = by_tier[tier] or 0.0
+    else:
+        _put(out, "prompt_tokens_gpu", _sum(s, m.TRTLLM_CACHED.total))
+    prompt = _sum(s, m.TRTLLM_PROMPT.total)
+    if prompt is not None:
+        out["prompt_tokens"] = prompt
+        cached = sum(out.get(k, 0.0) for k in _TRTLLM_TIERS.values())
+        out["prompt_tokens_recomputed"] = max(0.0, prompt - cached)
+    _put(out, "kv_blocks_reused", _sum(s, m.TRTLLM_BLOCKS_REUSED.total))
+    _put(out, "kv_blocks_missed", _sum(s, m.TRTLLM_BLOCKS_MISSED.total))
+    _put(out, "kv_bytes_loaded_host", _sum(s, m.TRTLLM_ONBOARD.total))
+    _put(out, "kv_bytes_stored_host", _sum(s, m.TRTLLM_OFFLOAD.total))
+    _put(out, "kv_usage", _sum(s, m.TRTLLM_KV_USAGE.family))
     return out
 
 

@@ -417,6 +417,31 @@ def _split_by_cache_server(tokens: dict[str, float], engine: dict[str, float]) -
     return "; the connector's hits split between host and disk as the LMCache server counted its own"
 
 
+HIT_RATES = {
+    # name: (hits, queries or None for hits + misses, what it is)
+    "prefix_cache": ("prefix_cache_hits", "prefix_cache_queries", "tokens the GPU prefix cache found / was asked for"),
+    "external": ("external_cache_hits", "external_cache_queries", "tokens the KV connector found / was asked for"),
+    "kv_blocks": ("kv_blocks_reused", None, "KV cache blocks reused / reused + missed (TensorRT-LLM)"),
+}
+
+
+def _hit_rates(engine: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each hit rate the engines count themselves, over the measured windows, with its own denominator (vLLM's
+    queries, TensorRT-LLM's missed blocks), where the engines counted one."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, (hits_key, queries_key, definition) in HIT_RATES.items():
+        hits = engine.get(hits_key)
+        queries = (
+            engine.get(queries_key)
+            if queries_key
+            else (None if hits is None else hits + engine.get("kv_blocks_missed", 0.0))
+        )
+        if hits is None or not queries:
+            continue
+        out[name] = {"rate": hits / queries, "hits": hits, "queries": queries, "definition": definition}
+    return out
+
+
 def _sources(
     pooled: dict[str, Any], engine: dict[str, float] | None, roles: dict[str, dict[str, float]] | None = None
 ) -> dict[str, Any]:
@@ -454,6 +479,7 @@ def _sources(
             "prompt_tokens": total,
             "tokens": tokens,
             "shares": {k: v / total for k, v in tokens.items()},
+            "engine_hit_rates": _hit_rates(engine),
             "per_request": from_requests,
             "cross_check": {
                 "engine_cached_share": cached / total,

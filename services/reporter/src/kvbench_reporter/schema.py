@@ -57,6 +57,12 @@ class Sources(_Open):
     prompt_tokens: float = Field(description="Prompt tokens the sources add up to")
     tokens: dict[str, float] = Field(description="gpu_hit, host_tier, disk, shared_store, transferred, recomputed")
     cross_check: dict[str, float] | None = Field(description="Engine vs per-request cached share")
+    engine_hit_rates: dict[str, dict[str, Any]] | None = Field(
+        None,
+        description="Hit rates the engines count themselves over the windows, each with its own denominator: "
+        "prefix_cache (vLLM's GPU prefix cache, tokens), external (its KV connector, tokens), kv_blocks "
+        "(TensorRT-LLM's reused / reused + missed blocks): {rate, hits, queries, definition}",
+    )
     by_role: dict[str, dict[str, Any]] | None = Field(
         None,
         description="Split stacks: each side's own prompt tokens and sources ({prefill, decode}: {prompt_tokens, "
