@@ -82,13 +82,20 @@ FaultRow = Callable[..., None]
 
 
 @pytest.fixture
-def fault_matrix() -> FaultRow:
-    """``fault_matrix(case, bus, outcome, noticed_s=None, published=None, stored=None, dead=None)``: one row."""
+def fault_matrix(request: pytest.FixtureRequest) -> FaultRow:
+    """``fault_matrix(case, bus, outcome, noticed_s=None, published=None, stored=None, dead=None)``: one row. It
+    travels with the test's report (a user property), so the matrix is whole when tests run in several processes."""
 
     def record(case: str, bus: str, outcome: str, **figures: object) -> None:
-        FAULT_ROWS.append({"case": case, "bus": bus, "outcome": outcome, **figures})
+        request.node.user_properties.append(("fault_row", {"case": case, "bus": bus, "outcome": outcome, **figures}))
 
     return record
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """The rows of each test's call, in the process that prints the summary (the only one, or xdist's controller)."""
+    if report.when == "call":
+        FAULT_ROWS.extend(value for key, value in report.user_properties if key == "fault_row")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -102,6 +102,11 @@ def test_sglang_trtllm_and_lmcache() -> None:
     assert s["kv_bytes_loaded_host"] == 2_949_120_000
     # SGLang's sglang:num_retracted_reqs is a gauge (2 now); the cumulative count is the _total counter
     assert s["preemptions"] == 5
+    # HiCache in tokens, the kv pool's: what came back from host memory is what the host tier served
+    assert (s["kv_tokens_loaded_host"], s["kv_tokens_stored_host"], s["kv_tokens_evicted"]) == (20_000, 52_000, 48_000)
+    assert s["kv_tokens_loaded_host"] == s["prompt_tokens_host"]
+    assert (s["host_tier_used_tokens"], s["host_tier_capacity_tokens"]) == (50_000, 262_144)
+    assert "kv_tokens_loaded_remote" not in s  # no storage tier: absent, not 0
     assert engine_kind(sample("trtllm.txt")) == "trtllm"
     t = normalize(sample("trtllm.txt"))
     assert t["kv_bytes_stored_host"] == 2_000_000

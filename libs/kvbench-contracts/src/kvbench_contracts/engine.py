@@ -42,6 +42,13 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     "kv_bytes_stored_remote",
     "kv_bytes_transferred",
     "kv_transfers",
+    # the same movements in tokens where an engine counts tokens (SGLang's HiCache): host -> GPU, GPU -> host,
+    # storage -> host (prefetched), host -> storage, and GPU KV slots freed by eviction
+    "kv_tokens_loaded_host",
+    "kv_tokens_stored_host",
+    "kv_tokens_loaded_remote",
+    "kv_tokens_stored_remote",
+    "kv_tokens_evicted",
     # chunks handed to an offload tier's writer (LMCache's L2) and those it finished writing: a tier that completes
     # none of them stored nothing, however its hits look (LMCache fails its O_DIRECT writes silently)
     "kv_store_chunks_submitted",
@@ -64,9 +71,16 @@ NORMALIZED_COUNTERS: tuple[str, ...] = (
     "sim_tokens_written",
     *(sim_late_counter(bound) for bound in SIM_LATE_BOUNDS_US),
 )
-# what an engine holds at the instant: GPU KV usage (0..1); a local disk tier's files and bytes (counted on the machine
-# by the agent, or reported by a simulated engine)
-NORMALIZED_GAUGES: tuple[str, ...] = ("kv_usage", "disk_tier_records", "disk_tier_bytes")
+# what an engine holds at the instant: GPU KV usage (0..1); a local disk tier's files and bytes
+# (counted on the machine by the agent, or reported by a simulated engine); a host tier's tokens in use and capacity
+# (SGLang's HiCache)
+NORMALIZED_GAUGES: tuple[str, ...] = (
+    "kv_usage",
+    "disk_tier_records",
+    "disk_tier_bytes",
+    "host_tier_used_tokens",
+    "host_tier_capacity_tokens",
+)
 
 # where a prompt token came from: counter -> the report's name for the source
 PROMPT_TOKEN_SOURCES: dict[str, str] = {

@@ -96,6 +96,15 @@ SGLANG_CACHED = _read("sglang", "sglang:cached_tokens_total", "counter", "hits b
 SGLANG_PROMPT = _read("sglang", "sglang:prompt_tokens_total", "counter", "prompt_tokens")
 SGLANG_LOAD_BACK = _read("sglang", "sglang:load_back_bytes_total", "counter", "bytes loaded back from host memory")
 SGLANG_BACKUP = _read("sglang", "sglang:hicache_backup_bytes_total", "counter", "bytes backed up to host memory")
+# HiCache in tokens (0.5.20 and 0.5.23): host -> GPU and GPU -> host by host pool (kv, swa, mamba: the kv pool is
+# read), host <-> storage (L3), GPU slots freed by eviction, and the host pool's use and capacity
+SGLANG_LOAD_BACK_TOKENS = _read("sglang", "sglang:load_back_tokens_total", "counter", "tokens host -> GPU, by pool")
+SGLANG_BACKUP_TOKENS = _read("sglang", "sglang:hicache_backup_tokens_total", "counter", "tokens GPU -> host, by pool")
+SGLANG_PREFETCHED = _read("sglang", "sglang:prefetched_tokens_total", "counter", "tokens storage (L3) -> host")
+SGLANG_STORED = _read("sglang", "sglang:backuped_tokens_total", "counter", "tokens host -> storage (L3)")
+SGLANG_EVICTED = _read("sglang", "sglang:evicted_tokens_total", "counter", "GPU KV slots freed by eviction")
+SGLANG_HOST_USED = _read("sglang", "sglang:hicache_host_used_tokens", "gauge", "host pool tokens in use")
+SGLANG_HOST_TOTAL = _read("sglang", "sglang:hicache_host_total_tokens", "gauge", "host pool capacity, tokens")
 SGLANG_TRANSFER_MB = _read("sglang", "sglang:kv_transfer_total_mb", "histogram", "P/D megabytes and transfers")
 # a counter of retracted requests; sglang:num_retracted_reqs is a gauge (the requests retracted now)
 SGLANG_RETRACTED = _read("sglang", "sglang:num_retracted_requests_total", "counter", "preemptions")

@@ -63,6 +63,12 @@ def _as_float(text: str) -> float | None:
         return None
 
 
+def _pool_kv(samples: Samples, name: str) -> float | None:
+    """A series labelled by host pool: its kv pool, or the whole when it carries no pool label."""
+    kv = _sum(samples, name, pool="kv")
+    return kv if kv is not None else _sum(samples, name)
+
+
 def _sum_any(samples: Samples, name: str, *operations: str) -> float | None:
     """The series summed over every ``operation`` label given; None when none is there."""
     values = [v for op in operations if (v := _sum(samples, name, operation=op)) is not None]
@@ -183,6 +189,14 @@ def _sglang(s: Samples) -> Samples:
         out["prompt_tokens_recomputed"] = max(0.0, prompt - cached)
     _put(out, "kv_bytes_loaded_host", _sum(s, m.SGLANG_LOAD_BACK.total))
     _put(out, "kv_bytes_stored_host", _sum(s, m.SGLANG_BACKUP.total))
+    # by host pool: the kv pool's tokens (a hybrid model's swa or mamba pools hold the same tokens' other state)
+    _put(out, "kv_tokens_loaded_host", _pool_kv(s, m.SGLANG_LOAD_BACK_TOKENS.total))
+    _put(out, "kv_tokens_stored_host", _pool_kv(s, m.SGLANG_BACKUP_TOKENS.total))
+    _put(out, "kv_tokens_loaded_remote", _sum(s, m.SGLANG_PREFETCHED.total))
+    _put(out, "kv_tokens_stored_remote", _sum(s, m.SGLANG_STORED.total))
+    _put(out, "kv_tokens_evicted", _sum(s, m.SGLANG_EVICTED.total))
+    _put(out, "host_tier_used_tokens", _sum(s, m.SGLANG_HOST_USED.family))
+    _put(out, "host_tier_capacity_tokens", _sum(s, m.SGLANG_HOST_TOTAL.family))
     mb = _sum(s, m.SGLANG_TRANSFER_MB.sum)
     _put(out, "kv_bytes_transferred", mb * 1e6 if mb is not None else None)
     _put(out, "kv_transfers", _sum(s, m.SGLANG_TRANSFER_MB.count))
