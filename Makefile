@@ -40,8 +40,12 @@ env: $(STAMP) ## Create the virtual environment and install the workspace
 demo: env ## Run the demo: embedded NATS + PostgreSQL, every service, a simulated cluster, one plan
 	@$(KVBENCH) demo
 
-test: env tools ## Run the whole test suite (starts its own NATS and PostgreSQL)
-	@KVBENCH_HELM=$(abspath $(HELM)) $(PY) -m pytest -q
+# the tests run in TEST_WORKERS processes (pytest-xdist; each its own NATS and PostgreSQL): the end-to-end tests mostly
+# wait on engines paced to the clock, so three share two cores well
+TEST_WORKERS ?= 3
+
+test: env tools ## Run the whole test suite in TEST_WORKERS processes (each starts its own NATS and PostgreSQL)
+	@KVBENCH_HELM=$(abspath $(HELM)) $(PY) -m pytest -q -n $(TEST_WORKERS)
 
 test-unit: env tools ## Unit tests only (no servers)
 	@KVBENCH_HELM=$(abspath $(HELM)) $(PY) -m pytest -q -m "not integration and not e2e"
@@ -53,7 +57,7 @@ test-e2e: env ## End-to-end tests through every service
 	@$(PY) -m pytest -q -m e2e
 
 faults: env ## The fault matrix, each case FAULT_REPEATS times (default 10) on one NATS server and on three
-	@$(PY) -m pytest -q -m faults --count $(or $(FAULT_REPEATS),10) --repeat-scope session
+	@$(PY) -m pytest -q -n $(TEST_WORKERS) -m faults --count $(or $(FAULT_REPEATS),10) --repeat-scope session
 
 conformance: env ## Every rendered recipe through the engines' own parsers, version by version (tools/conformance)
 	@UV=$(abspath $(UV)) $(PY) tools/conformance/install.py

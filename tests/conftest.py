@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +105,44 @@ def artifacts_dir() -> Path:
     path = Path(__file__).resolve().parent.parent / "test-artifacts"
     path.mkdir(exist_ok=True)
     return path
+
+
+# the fault matrix (tests/e2e): each fault test's rows travel with its report, so this file, which every process of
+# a run loads (xdist's controller collects no test and reads no deeper conftest), gathers and prints them
+FAULT_ROWS: list[dict[str, Any]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """The rows of each test's call, in the process that prints the summary (the only one, or xdist's controller)."""
+    if report.when == "call":
+        FAULT_ROWS.extend(
+            value for key, value in report.user_properties if key == "fault_row" and isinstance(value, dict)
+        )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line a case and bus: how many times it ran (``make faults`` repeats each), its outcomes, the seconds to
+    notice or recover (median and worst), and the records published, stored and stored twice, summed."""
+    if not FAULT_ROWS:
+        return
+    cases: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in FAULT_ROWS:
+        cases.setdefault((row["case"], row["bus"]), []).append(row)
+    terminalreporter.section("fault matrix")
+    terminalreporter.write_line(
+        f"{'case':<34} {'bus':<10} {'runs':>4} {'outcome':<40} {'noticed s (median, worst)':>25} "
+        f"{'published':>9} {'stored':>7} {'dup':>4}"
+    )
+    for (case, bus), rows in cases.items():
+        outcomes = Counter(str(r["outcome"]) for r in rows)
+        outcome = ", ".join(f"{n}x {o}" if len(outcomes) > 1 or n > 1 else o for o, n in outcomes.items())
+        noticed = [float(r["noticed_s"]) for r in rows if r.get("noticed_s") is not None]
+        seconds = f"{statistics.median(noticed):.1f}, {max(noticed):.1f}" if noticed else "-"
+        counted = [r for r in rows if r.get("stored") is not None]
+        published = sum(int(r.get("published") or 0) for r in counted) if counted else "-"
+        stored = sum(int(r["stored"]) for r in counted) if counted else "-"
+        dup = sum(int(r["stored"]) - int(r.get("distinct", r["stored"])) for r in counted) if counted else "-"
+        terminalreporter.write_line(
+            f"{case:<34} {bus:<10} {len(rows):>4} {outcome[:40]:<40} {seconds:>25} {published!s:>9} {stored!s:>7} "
+            f"{dup!s:>4}"
+        )

@@ -3,8 +3,6 @@ session's NATS and a database of the test's own."""
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,8 +74,6 @@ def bus_of(state: DeploymentState) -> str:
     return "single" if servers == 1 else f"{servers} servers"
 
 
-# the fault matrix: each fault test adds its row; `pytest -m faults` prints them at the end
-FAULT_ROWS: list[dict[str, Any]] = []
 FaultRow = Callable[..., None]
 
 
@@ -90,37 +86,3 @@ def fault_matrix(request: pytest.FixtureRequest) -> FaultRow:
         request.node.user_properties.append(("fault_row", {"case": case, "bus": bus, "outcome": outcome, **figures}))
 
     return record
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """The rows of each test's call, in the process that prints the summary (the only one, or xdist's controller)."""
-    if report.when == "call":
-        FAULT_ROWS.extend(value for key, value in report.user_properties if key == "fault_row")
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One line a case and bus: how many times it ran (``make faults`` repeats each), its outcomes, the seconds to
-    notice or recover (median and worst), and the records published, stored and stored twice, summed."""
-    if not FAULT_ROWS:
-        return
-    cases: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in FAULT_ROWS:
-        cases.setdefault((row["case"], row["bus"]), []).append(row)
-    terminalreporter.section("fault matrix")
-    terminalreporter.write_line(
-        f"{'case':<34} {'bus':<10} {'runs':>4} {'outcome':<40} {'noticed s (median, worst)':>25} "
-        f"{'published':>9} {'stored':>7} {'dup':>4}"
-    )
-    for (case, bus), rows in cases.items():
-        outcomes = Counter(str(r["outcome"]) for r in rows)
-        outcome = ", ".join(f"{n}x {o}" if len(outcomes) > 1 or n > 1 else o for o, n in outcomes.items())
-        noticed = [float(r["noticed_s"]) for r in rows if r.get("noticed_s") is not None]
-        seconds = f"{statistics.median(noticed):.1f}, {max(noticed):.1f}" if noticed else "-"
-        counted = [r for r in rows if r.get("stored") is not None]
-        published = sum(int(r.get("published") or 0) for r in counted) if counted else "-"
-        stored = sum(int(r["stored"]) for r in counted) if counted else "-"
-        dup = sum(int(r["stored"]) - int(r.get("distinct", r["stored"])) for r in counted) if counted else "-"
-        terminalreporter.write_line(
-            f"{case:<34} {bus:<10} {len(rows):>4} {outcome[:40]:<40} {seconds:>25} {published!s:>9} {stored!s:>7} "
-            f"{dup!s:>4}"
-        )

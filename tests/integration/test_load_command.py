@@ -173,7 +173,8 @@ async def test_workers_split_one_schedule_and_join_their_records(mock_url: str, 
     assert summary["records_written"] == len(rows) == summary["requests_total"]
     assert len({r["request_id"] for r in rows}) == len(rows)
     assert {r["shard"] for r in rows} == {"cli-0", "cli-1"}
-    assert 450 <= len(rows) <= 750  # Poisson at 200/s for 3 s, split in two
+    # Poisson at 200/s for 3 s, split in two: sent, or scheduled in the window and reached after it (counted)
+    assert 450 <= len(rows) + summary["late_arrivals"] <= 750, (len(rows), summary["late_arrivals"])
     # one clock and one start: both workers' sends spread over the same 3 s window; a worker that came up after the
     # shared start (a loaded machine: spawning takes longer) sends its first requests late, and must say so
     timing = summary["client_timing"]
