@@ -131,6 +131,18 @@ def test_trtllm_reads_are_families_tensorrt_llm_defines_with_their_types() -> No
         assert families.get(read.family) == read.kind, (read.family, families.get(read.family), read.kind)
 
 
+def test_the_nixl_read_is_a_counter_its_prometheus_exporter_defines() -> None:
+    import tomllib  # noqa: PLC0415
+
+    from kvbench_node_agent.normalize import engine_kind  # noqa: PLC0415
+
+    recorded = Path(__file__).resolve().parents[3] / "tools" / "conformance" / "recorded" / "nixl.toml"
+    counters = tomllib.loads(recorded.read_text())["exporter"]["counters"]
+    text = "".join(f'# TYPE {c} counter\n{c}{{hostname="h",agent_name="a"}} 1000.0\n' for c in counters)
+    assert engine_kind(parse_samples(text)) == "nixl"
+    assert normalize(parse_samples(text))["kv_bytes_transferred"] == 1000.0  # agent_tx_bytes_total
+
+
 def test_vllm_hit_rate_denominators_from_a_real_0_25_1_text() -> None:
     """vLLM's own queries counters (tokens asked of its GPU prefix cache and of its KV connector) beside its hits:
     the denominators of the hit rates the report gives, from a real vLLM 0.25.1 /metrics text."""
@@ -294,12 +306,16 @@ async def test_the_engines_restart_alone_and_the_cache_server_keeps_running(tmp_
         port = free_port()
         argv = [sys.executable, "-m", "kvbench_sim", "serve", "--port", str(port), "--gpu", "H100"]
         return ProcessSpec(name=name, role=role, health=("http", port, "/health"), binary=sys.executable,
-                           ports={"http": port}, argv=argv)  # fmt: skip
+                           ports={"http": port}, argv=argv, metrics=(port, "/metrics"),
+                           serves_requests=role == "engine")  # fmt: skip
 
     launcher = ProcessLauncher("process", "n0", "127.0.0.1", tmp_path, health_timeout_s=60)
-    deployment = await launcher.start_specs("dep3", "R", "vllm-lmcache-mp",
-                                            [serving("lmcache", "lmcache"), serving("engine-0", "engine")])  # fmt: skip
+    cache, first = serving("lmcache", "lmcache"), serving("engine-0", "engine")
+    deployment = await launcher.start_specs("dep3", "R", "vllm-lmcache-mp", [cache, first])
     server, engine = (p.proc.pid for p in deployment.processes)
+    # the cache server's own counters are read beside the engine's, and it is never sent a request
+    assert deployment.scrape_only == [("lmcache", f"http://127.0.0.1:{cache.metrics[0]}/metrics")]  # type: ignore[index]
+    assert [e.engine_id for e in deployment.endpoints] == ["n0-engine-0"]
     try:
         restarted, kept = await deployment.restart_engines()
         assert (restarted, kept) == (["engine-0"], ["lmcache"])

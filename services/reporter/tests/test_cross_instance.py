@@ -84,3 +84,24 @@ def test_a_phase_shorter_than_the_scrape_interval_is_read_by_the_scrape_after_it
     restarts = [row(-1, 100), row(4, 40)]
     restarted = counter_deltas(restarts, T0, end, T0 + timedelta(seconds=8))  # type: ignore[arg-type]
     assert restarted["prompt_tokens_external"] == 40.0
+
+
+def test_a_cache_servers_counters_join_the_window_but_it_is_no_engine() -> None:
+    """A real LMCache server is scraped beside the engines (role cache_server): its hits by tier are in the window's
+    counters, and the workload's engine count is the engines'."""
+    from kvbench_reporter.report import counter_deltas  # noqa: PLC0415
+
+    def row(engine: str, role: str, seconds: float, **normalized: float) -> dict[str, Any]:
+        return {"engine_id": engine, "role": role, "sampled_at": T0 + timedelta(seconds=seconds),
+                "normalized": normalized, "gpus": []}  # fmt: skip
+
+    samples = [
+        row("n0-engine-0", "both", 0, prompt_tokens=0.0, prompt_tokens_external=0.0),
+        row("n0-engine-0", "both", 20, prompt_tokens=1000.0, prompt_tokens_external=600.0),
+        row("n0-lmcache", "cache_server", 0, cache_server_hit_tokens_host=0.0, cache_server_hit_tokens_disk=0.0),
+        row("n0-lmcache", "cache_server", 20, cache_server_hit_tokens_host=200.0, cache_server_hit_tokens_disk=400.0),
+    ]
+    deltas = counter_deltas(samples, T0, T0 + timedelta(seconds=30))  # type: ignore[arg-type]
+    assert deltas["engines"] == 1
+    assert (deltas["cache_server_hit_tokens_host"], deltas["cache_server_hit_tokens_disk"]) == (200.0, 400.0)
+    assert deltas["prompt_tokens_external"] == 600.0

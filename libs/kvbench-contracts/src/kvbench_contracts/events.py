@@ -41,6 +41,7 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "RunSubmitted",
+    "SampledRole",
     "StackFailed",
     "StackReady",
     "StackStopped",
@@ -441,6 +442,10 @@ def split_binary_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str
     return head, rest[:a], rest[a:b], rest[b:]
 
 
+# what a sampled process is in its stack: an engine (both, prefill, decode), its router, or a cache server beside them
+SampledRole = Literal["both", "prefill", "decode", "router", "cache_server"]
+
+
 class EngineSampled(Envelope):
     """Raw counter values of one engine's /metrics at one instant (the reporter differences them)."""
 
@@ -450,8 +455,10 @@ class EngineSampled(Envelope):
     run_id: str
     engine_id: str
     job_id: str | None = None
-    role: Literal["both", "prefill", "decode", "router"] = Field(
-        "both", description="The engine's part in its stack (a split stack's prefill or decode engines, its router)"
+    role: SampledRole = Field(
+        "both",
+        description="The engine's part in its stack (a split stack's prefill or decode engines, its router), or a "
+        "cache server beside the engines (an LMCache server, a Mooncake master) whose own counters are read too",
     )
     values: dict[str, float] = Field(description="Series name (with labels) -> value")
     normalized: dict[str, float] = Field(default_factory=dict, description="kvbench's engine-neutral counters")

@@ -19,6 +19,7 @@ from kvbench_contracts.events import (
     EngineSampled,
     EnginesRestarted,
     NodeRegistered,
+    SampledRole,
     StackFailed,
     StackReady,
     StackStopped,
@@ -289,29 +290,30 @@ class NodeAgent:
                 # one count of the disk tier a round, always carried by the first engine (the reporter sums engines,
                 # so the machine's count must ride on one series only)
                 tier = await asyncio.to_thread(census, deployment.disk_tier_path) if deployment.disk_tier_path else None
-                for endpoint in deployment.endpoints:
+                targets: list[tuple[str, str, SampledRole]] = [
+                    (e.engine_id, e.metrics_url, e.role) for e in deployment.endpoints
+                ] + [(f"{self.node_id}-{name}", url, "cache_server") for name, url in deployment.scrape_only]
+                for index, (engine_id, url, role) in enumerate(targets):
                     try:
-                        async with session.get(endpoint.metrics_url) as response:
+                        async with session.get(url) as response:
                             text = await response.text()
-                        normalized = normalize(values := parse_samples(text), external=hits_tier.get(endpoint.role))
-                        if tier is not None and endpoint is deployment.endpoints[0]:
+                        normalized = normalize(values := parse_samples(text), external=hits_tier.get(role))
+                        if tier is not None and index == 0:
                             normalized.update(disk_tier_records=float(tier[0]), disk_tier_bytes=float(tier[1]))
+                        engine = role != "cache_server"
                         await self.bus.publish(
                             EngineSampled(
                                 node_id=self.node_id,
                                 run_id=deployment.run_id,
-                                engine_id=endpoint.engine_id,
-                                role=endpoint.role,
+                                engine_id=engine_id,
+                                role=role,
                                 values=values,
                                 normalized=normalized,
-                                gpus=await asyncio.to_thread(gpu_samples) if self.inventory.gpus else [],
+                                gpus=await asyncio.to_thread(gpu_samples) if self.inventory.gpus and engine else [],
                             )
                         )
                     except (aiohttp.ClientError, TimeoutError) as exc:
-                        log.warning(
-                            "engine scrape failed",
-                            extra={"engine_id": endpoint.engine_id, "error": str(exc)[:200]},
-                        )
+                        log.warning("engine scrape failed", extra={"engine_id": engine_id, "error": str(exc)[:200]})
                 if not self.inventory.simulated:  # the host side of each cable, for the NIC-to-port checks
                     host = self.inventory.hostname
                     samples = await asyncio.to_thread(nic_counter_samples, host)

@@ -111,7 +111,7 @@ def counter_deltas(
                 power += [g["power_w"] for g in gpus if "power_w" in g]
                 util += [g["utilization_pct"] for g in gpus if "utilization_pct" in g]
     return {
-        "engines": len(by_engine),
+        "engines": sum(1 for engine_id in by_engine if role_of[engine_id] != "cache_server"),
         **totals,
         "by_role": by_role,
         "kv_usage_max": kv_usage_max,
@@ -401,6 +401,10 @@ def _cross_instance(jobs: list[dict[str, Any]], prompt_tokens: float) -> dict[st
     }
 
 
+def _cache_server_view(counters: dict[str, float] | None) -> dict[str, float]:
+    return {k: v for k, v in (counters or {}).items() if k.startswith("cache_server_")}
+
+
 def _split_by_cache_server(tokens: dict[str, float], engine: dict[str, float]) -> str:
     """The engines' connector hits that they cannot attribute (vLLM before 0.32 behind LMCache), split between the
     host and disk tiers as the cache server itself counted its hits; ``tokens`` is changed in place. Returns what
@@ -450,7 +454,8 @@ def _sources(
     engine), and ``by_role`` gives each side's own sources."""
     split = bool(roles) and "prefill" in (roles or {}) and "decode" in (roles or {})
     if split and roles is not None:
-        out = _sources(pooled, roles["decode"])
+        # the decode engines' sources, with the cache servers' own view beside them (their hits by tier)
+        out = _sources(pooled, {**roles["decode"], **_cache_server_view(roles.get("cache_server"))})
         out["source"] = "decode engines' counters over the measured windows (each prompt once; by_role: each side)"
         out["by_role"] = {
             role: {

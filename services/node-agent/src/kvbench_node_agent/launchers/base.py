@@ -58,6 +58,9 @@ class Deployment:
     # stack: its engines report what their simulated tier holds themselves)
     disk_tier_path: str | None = None
     workload: str | None = None  # the plan's workload it serves, said with its facts
+    # processes beside the engines whose /metrics are read too (an LMCache server's hits by tier and L2 writes, a
+    # Mooncake master's): (process name, metrics URL); never sent requests
+    scrape_only: list[tuple[str, str]] = field(default_factory=list)
 
     def stop(self) -> None:
         # reverse start order: routers before engines before stores

@@ -146,6 +146,8 @@ class ProcessLauncher:
                     block = read_block_size(log_path)
                     if block:
                         deployment.facts[f"{spec.name}.attention_block_size"] = block
+                if spec.metrics and not spec.serves_requests and spec.role in ("lmcache", "master", "store"):
+                    deployment.scrape_only.append((spec.name, f"http://127.0.0.1:{spec.metrics[0]}{spec.metrics[1]}"))
                 if spec.serves_requests or spec.role in ("engine", "prefill", "decode"):
                     metrics = spec.metrics or (port, "/metrics")
                     deployment.endpoints.append(
