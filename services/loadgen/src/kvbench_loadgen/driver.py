@@ -238,7 +238,9 @@ class Driver:
         log.info("connections opened ahead of the load", extra={"job_id": cfg.job_id, "connections": sum(opened)})
 
     # -- one request -------------------------------------------------------------------------
-    async def _send(self, session: Session, turn: Turn) -> bool:
+    async def _send(self, session: Session, turn: Turn, due: float | None = None) -> bool:
+        """``due``: the monotonic moment the schedule sent this request at (open loop, trace): how late it was is
+        taken when it was written to the socket, the moment its record starts from, not when its turn came up."""
         cfg = self.config
         assert self._http is not None
         payload: dict[str, object] = {
@@ -268,6 +270,8 @@ class Driver:
             # cut off at the end of the drain time: a timeout, recorded (it may lie in the window)
             self._emit(session, number, turn, StreamResult(t0=started, error="timeout"), request_id)
             raise
+        if due is not None:
+            self.result.send_lateness_s.append(max(0.0, result.t0 - due))
         self._emit(session, number, turn, result, request_id)
         text = "".join(result.text)
         if self.config.keep_answers and result.ok and len(self.result.answers) < MAX_ANSWERS:
@@ -325,16 +329,17 @@ class Driver:
         honored = seconds if seconds > 0 and self.config.honor_gaps else 0.0
         return await self._gap_wall(self._wall(honored))
 
-    async def _session(self, session: Session) -> bool:
-        """Every turn of one session in order (gaps between them); False when its last request failed."""
+    async def _session(self, session: Session, due: float | None = None) -> bool:
+        """Every turn of one session in order (gaps between them); False when its last request failed. ``due``:
+        when the schedule sends its first turn (a trace's timestamp)."""
         first, ok = True, True
         while (turn := session.next_turn()) is not None:
             if not first and not await self._gap(turn.gap_s):
                 return ok
             if time.monotonic() >= self._deadline:
                 return ok
+            ok = await self._send(session, turn, due if first else None)
             first = False
-            ok = await self._send(session, turn)
         return ok
 
     # -- arrival modes ---------------------------------------------------------------------------
@@ -370,14 +375,16 @@ class Driver:
         exhausted = False
         loop = asyncio.get_running_loop()
 
-        async def one(session: Session, turn: Turn) -> None:
+        async def one(session: Session, turn: Turn, due: float) -> None:
             try:
                 if time.monotonic() >= self._deadline:
                     # scheduled inside the window but reached after it (a busy event loop): a request sent once
-                    # the load has ended would be stamped after the load's end, so it is skipped and counted
+                    # the load has ended would be stamped after the load's end, so it is skipped and counted, and
+                    # how late it was is kept with the others'
                     self.result.late_arrivals += 1
+                    self.result.send_lateness_s.append(max(0.0, time.monotonic() - due))
                     return
-                await self._send(session, turn)
+                await self._send(session, turn, due)
             finally:
                 following = session.next_turn()
                 if following is None:
@@ -399,7 +406,6 @@ class Driver:
             if next_t >= self._deadline:
                 break
             await _until(next_t)
-            self.result.send_lateness_s.append(max(0.0, time.monotonic() - next_t))
             session: Session | None = ready.popleft() if ready else None
             if session is None and not exhausted:
                 session = self.source.next_session(opened)
@@ -412,7 +418,7 @@ class Driver:
                     break  # replayed data is used up
                 continue
             waiting[0] += 1
-            task = asyncio.create_task(one(session, turn))
+            task = asyncio.create_task(one(session, turn, next_t))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
         if in_flight:
@@ -449,10 +455,8 @@ class Driver:
                 await asyncio.sleep(0)  # let the requests already sent read their streams in between
             await _until(at)
             session = ahead.popleft()
-            late = max(0.0, time.monotonic() - at)
-            lags.append(late * self.config.time_scale)
-            self.result.send_lateness_s.append(late)
-            task = asyncio.create_task(self._session(session))
+            lags.append(max(0.0, time.monotonic() - at) * self.config.time_scale)
+            task = asyncio.create_task(self._session(session, at))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
         if in_flight:
