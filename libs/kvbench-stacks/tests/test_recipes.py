@@ -279,3 +279,19 @@ def test_trtllm_configs_use_only_fields_tensorrt_llm_defines(stack: str) -> None
             assert config["cache_transceiver_config"]["backend"] in known["cache_transceiver_backends"]
         if "kv_connector_config" in config:
             assert config["kv_connector_config"]["connector"] in known["connector_presets"]
+
+
+@pytest.mark.parametrize("stack", ["sglang-hicache-mooncake", "sglang-pd-decode-offload"])
+def test_sglang_mooncake_engines_say_where_other_machines_reach_their_segment(stack: str) -> None:
+    """SGLang's Mooncake client advertises localhost unless told (its MooncakeStoreConfig default): each engine's
+    extra config names its own machine's address."""
+    ctx = context(stack)
+    hosts = {m.name: m.host for m in ctx.machines}
+    seen = 0
+    for machine, procs in render(ctx).items():
+        for process in procs:
+            if "--hicache-storage-backend-extra-config" in process.argv:
+                extra = json.loads(process.argv[process.argv.index("--hicache-storage-backend-extra-config") + 1])
+                assert extra["local_hostname"] == hosts[machine], (machine, extra)
+                seen += 1
+    assert seen >= 2

@@ -30,6 +30,39 @@ def present_host_devices(devices: list[str]) -> None:
     os.path.isdir, os.listdir = isdir, listdir  # type: ignore[assignment]
 
 
+def check_mooncake_extra_config(args: Any) -> dict[str, object] | None:
+    """The Mooncake store's settings a HiCache engine is given (--hicache-storage-backend-extra-config) through
+    SGLang's own MooncakeStoreConfig.load_from_extra_config; it reads keys with .get, so a key it never reads is
+    ignored silently: those are read off its source, and any other key is a mismatch. None: no Mooncake tier."""
+    import ast
+    import inspect
+    import json
+    import textwrap
+
+    if getattr(args, "hicache_storage_backend", None) != "mooncake":
+        return None
+    raw = getattr(args, "hicache_storage_backend_extra_config", None)
+    extra = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+    from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStoreConfig
+
+    # the whole class: a key may be read by a helper of the loader (0.5.23 reads local_hostname in one)
+    source = textwrap.dedent(inspect.getsource(MooncakeStoreConfig))
+    read = {
+        node.args[0].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    config = MooncakeStoreConfig.load_from_extra_config(extra)
+    ignored = sorted(set(extra) - read)
+    if ignored:
+        return {"ok": False, "error": f"Mooncake keys SGLang never reads (ignored): {ignored}; it reads {sorted(read)}"}
+    return {"ok": True, "resolved": {"mooncake": repr(config)[:400]}}
+
+
 def check(case: dict[str, Any]) -> dict[str, object]:
     from sglang.srt.server_args import prepare_server_args
 
@@ -41,6 +74,9 @@ def check(case: dict[str, Any]) -> dict[str, object]:
     check_args = getattr(args, "check_server_args", None)
     if check_args is not None:
         check_args()
+    mooncake = check_mooncake_extra_config(args)
+    if mooncake is not None:
+        return mooncake
     keep = (
         "disaggregation_mode",
         "enable_hierarchical_cache",

@@ -198,10 +198,14 @@ def lmcache_mp_connector(ctx: RenderContext, slot: EngineSlot) -> list[str]:
     return ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
 
 
-def mooncake_extra_config(ctx: RenderContext) -> str:
+def mooncake_extra_config(ctx: RenderContext, machine: int) -> str:
+    """SGLang's Mooncake store settings for an engine on ``machine``. ``local_hostname`` is the address the other
+    machines reach its segment at: SGLang's default is localhost (0.5.20 and 0.5.23 read it from this config; 0.5.23
+    prefers MOONCAKE_LOCAL_HOSTNAME when that is set), which no other machine can use."""
     gb = float(ctx.sizing.get("shared_store_gb") or 0)
     return json.dumps(
         {
+            "local_hostname": host_of(ctx, machine),
             "master_server_address": mooncake_master_address(ctx),
             "metadata_server": "P2PHANDSHAKE",
             "global_segment_size": f"{gb:g}gb",

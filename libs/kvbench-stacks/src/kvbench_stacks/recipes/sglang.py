@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kvbench_stacks.recipes.common import (
     EngineSlot,
     Machines,
@@ -59,7 +61,7 @@ def sglang_hicache_mooncake(ctx: RenderContext) -> Machines:  # stacks.md 2.4
                 "--hicache-storage-backend",
                 "mooncake",
                 "--hicache-storage-backend-extra-config",
-                mooncake_extra_config(ctx),
+                mooncake_extra_config(ctx, s.machine),
             ],
         ),
     )
@@ -70,8 +72,11 @@ def sglang_hicache_mooncake(ctx: RenderContext) -> Machines:  # stacks.md 2.4
 @recipe("sglang-pd-mooncake", backend="mooncake")
 @recipe("sglang-pd-mori", backend="mori")
 def sglang_pd(
-    ctx: RenderContext, backend: str, decode_extra: list[str] | None = None, prefill_extra: list[str] | None = None
-) -> Machines:  # stacks.md 2.5
+    ctx: RenderContext,
+    backend: str,
+    decode_extra: Callable[[EngineSlot], list[str]] | None = None,
+    prefill_extra: Callable[[EngineSlot], list[str]] | None = None,
+) -> Machines:  # stacks.md 2.5 (the extras: each slot's own arguments, by role)
     slots = engine_slots(ctx, True)
     device = ctx.network.get("rdma_device")
 
@@ -83,10 +88,10 @@ def sglang_pd(
             extra += [
                 "--disaggregation-bootstrap-port",
                 str(PORTS["pd_bootstrap_base"] + s.index),
-                *(prefill_extra or []),
+                *(prefill_extra(s) if prefill_extra else []),
             ]
         else:
-            extra += decode_extra or []
+            extra += decode_extra(s) if decode_extra else []
         return sglang(ctx, s, extra)
 
     argv = [
@@ -113,20 +118,20 @@ def sglang_pd_offload(ctx: RenderContext) -> Machines:  # stacks.md 2.6
     out = sglang_pd(
         ctx,
         "mooncake",
-        decode_extra=[
+        decode_extra=lambda s: [
             "--disaggregation-decode-enable-offload-kvcache",
             *hicache_args(ctx, enable=False),
             "--hicache-storage-backend",
             "mooncake",
             "--hicache-storage-backend-extra-config",
-            mooncake_extra_config(ctx),
+            mooncake_extra_config(ctx, s.machine),
         ],
-        prefill_extra=[
+        prefill_extra=lambda s: [
             "--enable-hierarchical-cache",
             "--hicache-storage-backend",
             "mooncake",
             "--hicache-storage-backend-extra-config",
-            mooncake_extra_config(ctx),
+            mooncake_extra_config(ctx, s.machine),
         ],
     )
     return head_first(out, mooncake_master(ctx))
