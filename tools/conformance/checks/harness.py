@@ -20,6 +20,26 @@ from typing import Any
 Result = dict[str, object]
 
 
+def keys_read(obj: object) -> set[str]:
+    """The constant keys ``obj``'s source reads with ``.get("key", ...)``: what an engine's config loader that reads
+    with .get takes (any other key of a config is ignored silently, so it is a mismatch)."""
+    import ast
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(obj))  # type: ignore[arg-type]
+    return {
+        node.args[0].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
 def _run_one(check: Callable[[dict[str, Any]], Result], case: dict[str, Any]) -> Result:
     err = io.StringIO()
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness import run_cases
+from harness import keys_read, run_cases
 
 IB_SYSFS = "/sys/class/infiniband"
 
@@ -34,10 +34,7 @@ def check_mooncake_extra_config(args: Any) -> dict[str, object] | None:
     """The Mooncake store's settings a HiCache engine is given (--hicache-storage-backend-extra-config) through
     SGLang's own MooncakeStoreConfig.load_from_extra_config; it reads keys with .get, so a key it never reads is
     ignored silently: those are read off its source, and any other key is a mismatch. None: no Mooncake tier."""
-    import ast
-    import inspect
     import json
-    import textwrap
 
     if getattr(args, "hicache_storage_backend", None) != "mooncake":
         return None
@@ -46,16 +43,7 @@ def check_mooncake_extra_config(args: Any) -> dict[str, object] | None:
     from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStoreConfig
 
     # the whole class: a key may be read by a helper of the loader (0.5.23 reads local_hostname in one)
-    source = textwrap.dedent(inspect.getsource(MooncakeStoreConfig))
-    read = {
-        node.args[0].value
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "get"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-    }
+    read = keys_read(MooncakeStoreConfig)
     config = MooncakeStoreConfig.load_from_extra_config(extra)
     ignored = sorted(set(extra) - read)
     if ignored:

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from harness import run_cases
+from harness import keys_read, run_cases
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
@@ -97,10 +97,7 @@ def check_mooncake_store_config(text: str) -> dict[str, object]:
     """A MooncakeStoreConnector config file (MOONCAKE_CONFIG_PATH) through vLLM's own MooncakeStoreConfig.from_file;
     it reads keys with .get, so a key it never reads is silently ignored: those are read off its source and any
     other key of the file is a mismatch."""
-    import ast
-    import inspect
     import tempfile
-    import textwrap
 
     try:
         from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker import MooncakeStoreConfig
@@ -108,16 +105,7 @@ def check_mooncake_store_config(text: str) -> dict[str, object]:
         from vllm.distributed.kv_transfer.kv_connector.v1.mooncake_store_connector import (  # type: ignore
             MooncakeStoreConfig,
         )
-    source = textwrap.dedent(inspect.getsource(MooncakeStoreConfig.from_file))
-    read = {
-        node.args[0].value
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "get"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-    }
+    read = keys_read(MooncakeStoreConfig.from_file)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(text)
     try:
