@@ -189,6 +189,44 @@ def metric_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
     return outcomes
 
 
+# what the normaliser must read from SGLang's own exporter, given what checks/sglang_exporter.py put into it
+SGLANG_EXPORTED = {
+    "prompt_tokens": 8000.0,
+    "prompt_tokens_gpu": 3000.0,
+    "prompt_tokens_host": 2000.0,
+    "prompt_tokens_recomputed": 3000.0,
+    "kv_tokens_loaded_host": 2000.0,
+    "kv_tokens_stored_host": 4000.0,
+    "kv_tokens_evicted": 3000.0,
+    "kv_tokens_loaded_remote": 500.0,
+    "kv_tokens_stored_remote": 700.0,
+}
+
+
+def exporter_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
+    """SGLang's own metrics collectors write a /metrics text with known figures (checks/sglang_exporter.py, in the
+    engine's environment); kvbench's normaliser must read those figures back from it, each under its own name."""
+    version = checks.get("sglang")
+    if version is None:
+        return []
+    from kvbench_node_agent.normalize import normalize
+    from kvbench_node_agent.scrape import parse_samples
+
+    out = ENVS_DIR / "work" / env / "sglang.exporter.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run = subprocess.run([str(python_of(env)), str(CHECKS / "sglang_exporter.py"), _local_model("Qwen/Qwen3-8B"),
+                          str(out)], capture_output=True, text=True, check=False)  # fmt: skip
+    if run.returncode != 0:
+        error = (run.stderr.strip().splitlines() or ["exited " + str(run.returncode)])[-1]
+        return [Outcome(env, "exporter", version, "sglang/exporter", False, f"SGLang's collectors: {error}")]
+    read = normalize(parse_samples(out.read_text()), kind="sglang")
+    wrong = {k: read.get(k) for k, v in SGLANG_EXPORTED.items() if read.get(k) != v}
+    error = f"read {wrong} from SGLang {version}'s own exporter, expected {SGLANG_EXPORTED}" if wrong else ""
+    print(f"  {env:16} {'sglang exporter':14} {version:8} {len(SGLANG_EXPORTED) - len(wrong):3}/"
+          f"{len(SGLANG_EXPORTED):<3} figures read back")  # fmt: skip
+    return [Outcome(env, "exporter", version, "sglang/exporter", not wrong, error)]
+
+
 def catalog_outcomes(spec: dict[str, dict[str, object]], outcomes: list[Outcome]) -> list[Outcome]:
     """The catalog's validated_on must be exactly the engine versions on which every process of the stack passed
     (its engine's and, in the same environment, its LMCache's and router's checks)."""
@@ -236,7 +274,7 @@ def main() -> int:
 
     def one_env(env: str) -> list[Outcome]:
         checks = dict(spec[env]["checks"])  # type: ignore[call-overload]
-        return run_env(env, checks, all_cases, known) + metric_outcomes(env, checks)
+        return run_env(env, checks, all_cases, known) + metric_outcomes(env, checks) + exporter_outcomes(env, checks)
 
     # each checker is one process that mostly imports an engine (CPU-bound, single-threaded): the environments run
     # side by side, as many at once as there are cores (KVBENCH_CONFORMANCE_JOBS to choose), each one's checks in
