@@ -131,6 +131,17 @@ def test_trtllm_reads_are_families_tensorrt_llm_defines_with_their_types() -> No
         assert families.get(read.family) == read.kind, (read.family, families.get(read.family), read.kind)
 
 
+def test_sglang_0_5_23s_own_exporter_text_reads_back_its_figures() -> None:
+    """A text SGLang's own collectors wrote (the conformance suite makes it again for every SGLang it checks): one
+    request of 8,000 prompt tokens, 3,000 cached on the GPU and 2,000 in host memory, HiCache's movements."""
+    n = normalize(sample("sglang-0.5.23/exporter.txt"))
+    assert engine_kind(sample("sglang-0.5.23/exporter.txt")) == "sglang"
+    assert (n["prompt_tokens"], n["prompt_tokens_gpu"], n["prompt_tokens_host"]) == (8000, 3000, 2000)
+    assert n["prompt_tokens_recomputed"] == 3000
+    assert (n["kv_tokens_loaded_host"], n["kv_tokens_stored_host"], n["kv_tokens_evicted"]) == (2000, 4000, 3000)
+    assert (n["kv_tokens_loaded_remote"], n["kv_tokens_stored_remote"]) == (500, 700)
+
+
 def test_the_nixl_read_is_a_counter_its_prometheus_exporter_defines() -> None:
     import tomllib  # noqa: PLC0415
 
