@@ -106,3 +106,33 @@ async def test_a_run_the_bus_does_not_take_is_refused_and_nothing_is_created(tmp
         if server.pid:
             os.kill(server.pid, signal.SIGCONT)
         server.stop()
+
+
+async def test_a_kv_mirror_waits_for_a_bus_slow_to_answer_at_start(tmp_path: Path) -> None:
+    """A service's KV mirror at start-up (the reporter's, the planner's): a bus that gives no initial values for
+    longer than one wait (a cluster still forming its replicas) is waited for, the watcher made again; it gives
+    up only after give_up_s, naming the bucket."""
+    from kvbench_core.kvmirror import KvMirror  # noqa: PLC0415
+
+    server = EmbeddedNats(tmp_path / "nats").start()
+    assert server.pid is not None
+    try:
+        async with Bus.connect(server.url, name="mirror-test") as bus:
+            kv = await bus.kv("kvbench_switches")
+            await kv.put("leaf1", b"{}")
+            outage = asyncio.create_task(_stopped_for(server.pid, 3))
+            await asyncio.sleep(0.2)
+            mirror = await KvMirror(kv, "kvbench_switches", bus.js).start(timeout_s=1.0)
+            await outage
+            assert mirror.snapshot() == {"leaf1": b"{}"}
+            await mirror.stop()
+            _freeze(server.pid)
+            try:
+                with pytest.raises(TimeoutError, match="kvbench_switches"):
+                    await KvMirror(kv, "kvbench_switches", bus.js).start(timeout_s=0.5, give_up_s=2.0)
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+    finally:
+        if server.pid:
+            os.kill(server.pid, signal.SIGCONT)
+        server.stop()

@@ -45,6 +45,8 @@ from pydantic import ValidationError
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.streams import BUCKETS, STREAMS, StreamSpec, stream_for_subject
 from kvbench_core.access import inbox_prefix
+from kvbench_core.bus_errors import TRANSIENT_BUS_ERRORS
+from kvbench_core.kvmirror import KvMirror, kv_subject_counts
 from kvbench_core.metrics import metric_name
 
 __all__ = ["TRANSIENT_BUS_ERRORS", "Bus", "BusMetrics", "NatsAuth", "Subscription", "nats_servers"]
@@ -59,17 +61,6 @@ Handler = Callable[[Envelope], Awaitable[None]]
 BatchHandler = Callable[[list[Envelope]], Awaitable[None]]
 
 
-# what a bus says while it recovers (a server gone, the client reconnecting, a stream electing a leader): worth
-# another try with the same message id; anything else (a subject no stream takes, a payload too large) is not
-TRANSIENT_BUS_ERRORS: tuple[type[BaseException], ...] = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.NoStreamResponseError,
-    TimeoutError,
-)
 PUBLISH_RETRY_S = 30.0
 
 
@@ -235,6 +226,30 @@ class Bus:
             store = await self.js.create_key_value(config)
         self._kv[bucket] = store
         return store
+
+    async def kv_keys(self, bucket: str) -> list[str]:
+        """The bucket's keys, deleted ones included (a get says which are gone), as its stream's leader counts them.
+        Not ``KeyValue.keys()``: that lists through a new consumer whose first count, on a replicated bucket, can
+        read zero before the consumer has caught up, and so answer "no keys" for a bucket that has some."""
+        return list(await kv_subject_counts(self.js, bucket))
+
+    async def kv_values(self, bucket: str) -> dict[str, bytes]:
+        """Every live key's value, each read from the stream's leader (a direct get may be answered by a replica
+        that has not caught up); deleted and purged keys left out."""
+        values: dict[str, bytes] = {}
+        for key in await self.kv_keys(bucket):
+            try:
+                message = await self.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key}", direct=False)
+            except nats.js.errors.NotFoundError:
+                continue  # expired or removed since the listing
+            operation = (message.headers or {}).get("KV-Operation")
+            if operation not in ("DEL", "PURGE"):
+                values[key] = message.data or b""
+        return values
+
+    async def kv_mirror(self, bucket: str) -> KvMirror:
+        """A started live copy of ``bucket`` (see ``KvMirror``)."""
+        return await KvMirror(await self.kv(bucket), bucket, self.js).start()
 
     async def publish(self, message: Envelope, retry_for_s: float = PUBLISH_RETRY_S) -> None:
         """Publish and wait for JetStream's ack. A bus that does not answer for a moment (a server of the cluster

@@ -93,13 +93,11 @@ async def _shards_of(kv: Any, loadgen_id: str) -> list[str] | None:
     return LoadgenHeartbeat.model_validate_json(entry.value).shards if entry.value else None
 
 
-async def _learn_owners(kv: Any, job_id: str, ends: list[asyncio.Future[Envelope]], owner: dict[int, str]) -> None:
+async def _learn_owners(
+    bus: Bus, kv: Any, job_id: str, ends: list[asyncio.Future[Envelope]], owner: dict[int, str]
+) -> None:
     """Which load generator took each shard not yet placed, from a listing of the heartbeats."""
-    try:
-        names = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return
-    for name in names:
+    for name in await bus.kv_keys("kvbench_loadgens"):
         shards = await _shards_of(kv, name) or []
         for index in range(len(ends)):
             if index not in owner and shard_key(job_id, index) in shards:
@@ -248,17 +246,8 @@ class Conductor:
             raise _bus_unavailable(self.settings.bus_outage_s, exc) from None
 
     async def load_all(self) -> list[RunState]:
-        kv = await self.bus.kv("kvbench_runs")
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
-        states: list[RunState] = []
-        for key in keys:
-            with contextlib.suppress(nats.js.errors.KeyNotFoundError):
-                entry = await kv.get(key)
-                if entry.value:
-                    states.append(RunState.model_validate_json(entry.value))
+        values = await self.bus.kv_values("kvbench_runs")
+        states = [RunState.model_validate_json(value) for value in values.values() if value]
         return sorted(states, key=lambda s: s.created_at)
 
     async def resume(self) -> None:
@@ -550,7 +539,7 @@ class Conductor:
             try:
                 kv = await self.bus.kv("kvbench_loadgens")
                 if len(owner) < len(ends):
-                    await _learn_owners(kv, job_id, ends, owner)
+                    await _learn_owners(self.bus, kv, job_id, ends, owner)
                 if failing:
                     failing, bus_back_at = False, time.monotonic()
                 if time.monotonic() - bus_back_at < HEARTBEAT_GRACE_S:

@@ -41,7 +41,7 @@ class Registry:
 
     async def start(self) -> Registry:
         for bucket in ("kvbench_nodes", "kvbench_inventory", "kvbench_groups", "kvbench_secrets", "kvbench_switches"):
-            self._mirrors[bucket] = await KvMirror(await self.bus.kv(bucket), bucket).start()
+            self._mirrors[bucket] = await self.bus.kv_mirror(bucket)
         return self
 
     async def stop(self) -> None:

@@ -259,7 +259,7 @@ async def run(settings: ReporterSettings, stop: asyncio.Event) -> None:
             )
         )
         reporter = Reporter(store, settings, registry)
-        reporter.switches = await KvMirror(await bus.kv("kvbench_switches"), "kvbench_switches").start()
+        reporter.switches = await bus.kv_mirror("kvbench_switches")
         stack.push_async_callback(reporter.switches.stop)
 
         async def healthy() -> bool:

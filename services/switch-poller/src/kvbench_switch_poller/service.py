@@ -16,7 +16,6 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from kvbench_core.bus import Bus
-from kvbench_core.kvmirror import KvMirror
 from kvbench_core.logging import configure_logging
 from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.service import run_service
@@ -56,8 +55,8 @@ async def run(settings: SwitchPollerSettings, stop: asyncio.Event) -> None:
             return bus.nc.is_connected and not any(p.failing_rounds for p in polling)
 
         await stack.enter_async_context(ops_server(registry, settings.ops_port, healthy))
-        switches = await KvMirror(await bus.kv("kvbench_switches"), "kvbench_switches").start()
-        secrets = await KvMirror(await bus.kv("kvbench_secrets"), "kvbench_secrets").start()
+        switches = await bus.kv_mirror("kvbench_switches")
+        secrets = await bus.kv_mirror("kvbench_secrets")
         stack.push_async_callback(switches.stop)
         stack.push_async_callback(secrets.stop)
         unread = Gauge(metric_name("switch_poller", "switches_unread", "count"), "Switches not read", registry=registry)
