@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from kvbench_stacks.catalog import CATALOG
+from kvbench_stacks.catalog import CATALOG, get_stack
+from kvbench_stacks.query import version_tuple
 from kvbench_stacks.recipes import RECIPES, EngineSettings, PoolMachine, RenderContext, render
+from kvbench_stacks.recipes.images import LMCACHE_RELEASE, VALKEY_IMAGE, newest_checked
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -295,3 +298,52 @@ def test_sglang_mooncake_engines_say_where_other_machines_reach_their_segment(st
                 assert extra["local_hostname"] == hosts[machine], (machine, extra)
                 seen += 1
     assert seen >= 2
+
+
+def _every_image(stack: str, version: str | None) -> dict[str, str]:
+    """Process name -> image of every process ``stack`` renders on two machines, for a plan naming ``version``."""
+    spec = get_stack(stack)
+    assert spec is not None
+    vendor = "amd" if tuple(spec.vendors) == ("amd",) else "nvidia"
+    base = context(stack, vendor=vendor)
+    ctx = base.model_copy(update={"engine": base.engine.model_copy(update={"version": version})})
+    return {f"{machine}/{p.name}": p.image or "" for machine, procs in render(ctx).items() for p in procs}
+
+
+@pytest.mark.parametrize("stack", sorted(RECIPES))
+def test_no_process_runs_a_moving_image_tag(stack: str) -> None:
+    """Every image the docker launcher would pull names a release: ``latest`` (or a major-only tag such as
+    ``valkey:8``) moves under a run, and a later pull may no longer accept the rendered arguments."""
+    spec = get_stack(stack)
+    assert spec is not None
+    # no release checked (TensorRT-LLM's): the planner refuses a real run that names none, so the plan names one
+    checked = any(v.startswith(f"{spec.engine} ") for v in spec.validated_on)
+    for name, image in _every_image(stack, None if checked else "1.2.0").items():
+        tag = image.rsplit(":", 1)[-1] if ":" in image else ""
+        assert tag not in ("", "latest"), f"{stack} {name}: {image!r}"
+        assert "." in tag, f"{stack} {name}: {image!r} names a major version only"
+
+
+def test_servers_beside_the_engines_run_pinned_releases_of_their_projects() -> None:
+    valkey = _every_image("vllm-lmcache-valkey", "0.28.0")
+    assert {v for k, v in valkey.items() if k.endswith("/valkey")} == {VALKEY_IMAGE}
+    assert {v for k, v in valkey.items() if "lmcache" in k} == {f"lmcache/vllm-openai:v{LMCACHE_RELEASE}"}
+    # a vLLM stack's Mooncake master comes from SGLang's image, at the newest SGLang the catalog was checked on
+    master = _every_image("vllm-mooncake-store", "0.28.0")
+    assert {v for k, v in master.items() if k.endswith("/mooncake-master")} == {
+        f"lmsysorg/sglang:v{newest_checked('sglang')}"
+    }
+    # an SGLang stack's master (and its P/D router) follow the plan's SGLang
+    pd = _every_image("sglang-hicache-mooncake", "0.5.20")
+    assert {v for k, v in pd.items() if k.endswith("/mooncake-master")} == {"lmsysorg/sglang:v0.5.20"}
+    router = _every_image("sglang-pd-mooncake", "0.5.20")
+    assert {v for k, v in router.items() if k.endswith(("/router", "/mooncake-master"))} == {"lmsysorg/sglang:v0.5.20"}
+
+
+def test_the_lmcache_image_is_of_the_newest_lmcache_the_conformance_suite_checks() -> None:
+    envs = tomllib.loads((Path(__file__).resolve().parents[3] / "tools" / "conformance" / "envs.toml").read_text())
+    pinned = [
+        package.split("==")[1] for env in envs["env"].values() for package in env["no_deps"]
+        if package.startswith("lmcache==")
+    ]  # fmt: skip
+    assert max(pinned, key=version_tuple) == LMCACHE_RELEASE

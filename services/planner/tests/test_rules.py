@@ -453,3 +453,43 @@ def test_cache_server_args_are_rendered_on_the_lmcache_server_line() -> None:
     )  # fmt: skip
     server = next(p for procs in render(ctx).values() for p in procs if p.role == "lmcache")
     assert server.argv[-2:] == ["--eviction-ratio", "0.99"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "refused"),
+    [
+        ({"name": "trtllm"}, True),  # no release checked and none named: no image tag to pin
+        ({"name": "trtllm", "version": "1.2.0"}, False),
+        ({"name": "trtllm", "args": {"image": "registry.example/trtllm:1.2.0-site"}}, False),
+    ],
+)
+def test_a_real_run_of_an_engine_no_release_of_which_is_checked_names_its_release(
+    engine: dict[str, Any], refused: bool
+) -> None:
+    review = review_plan(
+        plan({"name": "a", "strategy": "own_cache", "stack": "trtllm-reuse", "kv_tier": "gpu", "engine": engine}),
+        {"lab": machines(n=1)}.get,
+    )
+    problem = by_code(review).get("stack_engine_mismatch")
+    assert (problem is not None) is refused, review
+    if problem is not None:
+        assert problem.field == "engine.version"
+        assert "engine.version" in problem.fix
+        assert "engine.args.image" in problem.fix
+
+
+def test_a_simulated_run_needs_no_engine_release() -> None:
+    review = review_plan(
+        plan(
+            {
+                "name": "a",
+                "strategy": "own_cache",
+                "stack": "trtllm-reuse",
+                "kv_tier": "gpu",
+                "engine": {"name": "trtllm"},
+            },
+            cluster={"sim": {"machines": 1, "gpu": "H100"}},
+        ),
+        None,
+    )
+    assert review.valid, review.errors

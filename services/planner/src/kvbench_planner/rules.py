@@ -85,6 +85,17 @@ def _stack_rules(
                 f"Set engine.version to {stack.min_version} or newer.",
                 "engine.version",
             )
+    simulated = w.cluster.sim is not None or any(m.simulated for m in machines or [])
+    checked_releases = [v for v in stack.validated_on if v.startswith(f"{stack.engine} ")]
+    if not simulated and not version and not checked_releases and not w.engine.args.get("image"):
+        # an image is tagged with the plan's release, else the newest one checked: with neither, nothing to pin
+        err(
+            "stack_engine_mismatch",
+            f"No {stack.engine} release is conformance-checked for {stack.id}, so kvbench will not pick the one "
+            "its machines run",
+            f"Set engine.version to the {stack.engine} release to run (its image's tag), or engine.args.image.",
+            "engine.version",
+        )
     if stack.lmcache_server and w.kv_tier == "gpu":
         err(
             "needs_lmcache_server",

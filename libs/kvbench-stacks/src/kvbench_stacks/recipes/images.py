@@ -9,16 +9,35 @@ Read off each project's own release code (kept here as facts; none of it is copi
   ``lmsysorg/sglang:v<version>-rocm700-mi30x`` (MI300X, MI325X) and ``-rocm700-mi35x`` (MI350X, MI355X).
 - TensorRT-LLM (NGC, its quick-start guide): ``nvcr.io/nvidia/tensorrt-llm/release:<version>`` with no ``v``
   (``1.3.0rc5``).
+- LMCache: ``lmcache/vllm-openai:v<LMCache version>`` (its image of vLLM with LMCache; the release tags seen
+  published are ``v0.3.7`` to ``v0.5.5``). The LMCache server, proxies and scripts run from it, at the newest LMCache
+  the conformance suite checks (``LMCACHE_RELEASE``, held to tools/conformance/envs.toml by a test).
+- The servers beside the engines of another project (the Mooncake master from SGLang's image, the routers) run the
+  image of the newest version of that project the catalog was checked on, never a moving ``latest``; Valkey a patch
+  release (``VALKEY_IMAGE``), not the major tag ``8`` that moves under a run.
 
 A plan may name its own image (``engine.args.image``); the agent runs it only where its operator allows it.
 """
 
 from __future__ import annotations
 
-from kvbench_stacks.catalog import get_stack
+from kvbench_stacks.catalog import CATALOG, get_stack
 from kvbench_stacks.query import version_tuple
 
-__all__ = ["image_version", "sglang_image", "trtllm_image", "vllm_image"]
+__all__ = [
+    "LMCACHE_RELEASE",
+    "VALKEY_IMAGE",
+    "image_version",
+    "lmcache_image",
+    "newest_checked",
+    "sglang_image",
+    "trtllm_image",
+    "vllm_image",
+]
+
+# the newest LMCache the conformance suite runs its parsers on (tools/conformance/envs.toml)
+LMCACHE_RELEASE = "0.5.6"
+VALKEY_IMAGE = "valkey/valkey:8.1.10"
 
 # SGLang's AMD images, by the GPU family they are built for
 _SGLANG_AMD_FAMILY = {"MI300X": "mi30x", "MI325X": "mi30x", "MI350X": "mi35x", "MI355X": "mi35x"}
@@ -40,6 +59,17 @@ def image_version(stack: str, engine: str, version: str | None) -> str | None:
     spec = get_stack(stack)
     checked = [v.split(" ", 1)[1] for v in (spec.validated_on if spec else ()) if v.startswith(f"{engine} ")]
     return max(checked, key=version_tuple) if checked else None
+
+
+def newest_checked(engine: str) -> str | None:
+    """The newest version of ``engine`` any stack of the catalog was checked on: the release a server from that
+    project's image runs at where the plan's engine is another (a vLLM stack's Mooncake master from SGLang's)."""
+    checked = [v.split(" ", 1)[1] for spec in CATALOG.values() for v in spec.validated_on if v.startswith(f"{engine} ")]
+    return max(checked, key=version_tuple) if checked else None
+
+
+def lmcache_image(version: str | None = None) -> str:
+    return f"lmcache/vllm-openai:v{_release(version) or LMCACHE_RELEASE}"
 
 
 def vllm_image(version: str | None, rocm: bool) -> str:

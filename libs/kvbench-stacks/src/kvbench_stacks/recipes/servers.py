@@ -7,9 +7,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench_stacks.catalog import get_stack
 from kvbench_stacks.recipes.common import EngineSlot, Machines, engine_slots, host_of, image_for, url_of, user_args
+from kvbench_stacks.recipes.images import (
+    VALKEY_IMAGE,
+    image_version,
+    lmcache_image,
+    newest_checked,
+    sglang_image,
+    vllm_image,
+)
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
+
+
+def _version_of(ctx: RenderContext, engine: str) -> str | None:
+    """The release of ``engine``'s image a server beside the engines runs: the plan's where the stack is that
+    engine's, else the newest the catalog was checked on."""
+    spec = get_stack(ctx.stack)
+    if spec is not None and spec.engine == engine:
+        return image_version(ctx.stack, engine, ctx.engine.version)
+    return newest_checked(engine)
 
 
 def valkey(ctx: RenderContext) -> ProcessSpec:
@@ -19,7 +37,7 @@ def valkey(ctx: RenderContext) -> ProcessSpec:
         name="valkey",
         role="store",
         binary="valkey-server",
-        image="valkey/valkey:8",
+        image=VALKEY_IMAGE,
         argv=[
             "valkey-server",
             # the pool's network address only (and loopback), never every address: it has no password yet
@@ -63,7 +81,7 @@ def mooncake_master(ctx: RenderContext, http_metadata: bool = False) -> ProcessS
         health=("tcp", PORTS["mooncake_rpc"], ""),
         metrics=(PORTS["mooncake_metrics"], "/metrics"),
         binary="mooncake_master",
-        image=image_for(ctx, "lmsysorg/sglang:latest"),
+        image=image_for(ctx, sglang_image(_version_of(ctx, "sglang"), rocm=False)),
     )
 
 
@@ -175,7 +193,7 @@ def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float, s
         # --prometheus-port does nothing there (LMCache 0.5.1: http_server.py, start_prometheus_http_server=False)
         metrics=(server.http_port, "/metrics"),
         binary="lmcache",
-        image=image_for(ctx, "lmcache/vllm-openai:latest"),
+        image=image_for(ctx, lmcache_image()),
     )
 
 
@@ -257,7 +275,7 @@ def vllm_pd_router(
     ]
     for s in slots:
         argv += ["--prefill" if s.role == "prefill" else "--decode", url_of(ctx, s)]
-    return router_process(ctx, argv + (extra or []), "vllm-router", "vllm/vllm-openai:latest")
+    return router_process(ctx, argv + (extra or []), "vllm-router", vllm_image(_version_of(ctx, "vllm"), rocm=False))
 
 
 def lmcache_pd_proxy(
@@ -286,7 +304,7 @@ def lmcache_pd_proxy(
         str(decode.port),
         *extra,
     ]
-    proxy = router_process(ctx, argv, "python3", "lmcache/vllm-openai:latest", health_path="")
+    proxy = router_process(ctx, argv, "python3", lmcache_image(), health_path="")
     return proxy.model_copy(update={"ports": {**proxy.ports, **ports}})
 
 

@@ -14,6 +14,7 @@ from kvbench_stacks.recipes.common import (
     url_of,
 )
 from kvbench_stacks.recipes.engines import hicache_args, sglang
+from kvbench_stacks.recipes.images import image_version, sglang_image
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
@@ -109,7 +110,9 @@ def sglang_pd(
             argv += ["--prefill", url_of(ctx, s), str(PORTS["pd_bootstrap_base"] + s.index)]
         else:
             argv += ["--decode", url_of(ctx, s)]
-    router = router_process(ctx, argv, "python-module:sglang_router", "lmsysorg/sglang:latest")
+    # the router needs no GPU: the release's multi-architecture image runs on any head machine
+    release = image_version(ctx.stack, "sglang", ctx.engine.version)
+    router = router_process(ctx, argv, "python-module:sglang_router", sglang_image(release, rocm=False))
     return head_last(place(slots, build), router)
 
 
