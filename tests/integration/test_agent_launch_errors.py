@@ -87,3 +87,38 @@ async def test_the_hugging_face_token_reaches_only_the_agent_it_was_sealed_to(na
         gpu2._secret(command.model_copy(update={"node_id": "gpu2"}))
     assert gpu1._secret(command.model_copy(update={"hf_token_sealed": None})) is None
     assert seal_for(str(gpu2.inventory.public_key), "x") != seal_for(str(gpu2.inventory.public_key), "x")
+
+
+async def test_a_command_the_agent_cannot_read_fails_its_stack_at_once_with_why(nats_url: str, tmp_path: Path) -> None:
+    """A StartStack this agent cannot decode (a planner of another kvbench version) is terminated on the bus, and
+    the stand-up it names fails at once, with the decoding error and what to do, not at the planner's timeout."""
+    import asyncio  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    node = f"n-poison-{uuid.uuid4().hex[:6]}"
+    deployment = f"D{uuid.uuid4().hex[:8]}"
+    settings = NodeAgentSettings(node_id=node, state_dir=str(tmp_path), simulated=True)
+    async with Bus.connect(nats_url, name="t-poison") as bus:
+        agent = NodeAgent(settings, bus, CollectorRegistry())
+        bus.subscribe([StartStack], agent.handle, durable=f"node-agent-{node}", batch=1,
+                      filter_subject=f"kvbench.cmd.node.{node}.>", on_poison=agent.unreadable_command)  # fmt: skip
+        command = StartStack(node_id=node, run_id="R1", deployment_id=deployment, workload="w",
+                             stack="vllm-prefix-gpu", model="m", sim=SimCluster())  # fmt: skip
+        wire = json.loads(command.to_bytes())
+        wire["sizing"] = {"host_memory_gb": "lots"}  # what a newer planner's field might look like to this agent
+        await bus.js.publish(f"kvbench.cmd.node.{node}.start_stack", json.dumps(wire).encode())
+        await bus.js.publish(f"kvbench.cmd.node.{node}.start_stack", b"\xff not json")  # nothing names a run
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:
+            try:
+                stored = await bus.js.get_last_msg("KVBENCH_CONTROL", f"kvbench.stack.{deployment}.failed")
+                break
+            except Exception:
+                assert asyncio.get_running_loop().time() < deadline, "the agent never answered the command"
+                await asyncio.sleep(0.2)
+    failed = StackFailed.model_validate_json(stored.data or b"")
+    assert (failed.run_id, failed.node_id) == ("R1", node)
+    assert f"The node agent on {node} could not read the start_stack command" in failed.reason
+    assert "host_memory_gb" in failed.reason
+    assert "same kvbench version" in failed.reason
+    assert agent.deployments == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import time
@@ -192,6 +193,31 @@ class NodeAgent:
             return None
         return path if stack.has_disk_tier(command.kv_tier, command.sizing.disk_tier_gb) else None
 
+    async def unreadable_command(self, data: bytes, error: str) -> None:
+        """A command this agent cannot read (a planner of another kvbench version, a hand-made message): the stand-up
+        it names fails at once with why, instead of the planner waiting out its stack-ready timeout."""
+        try:
+            raw = json.loads(data)
+        except ValueError:
+            return  # not JSON: nothing names a run to answer
+        if not isinstance(raw, dict):
+            return
+        schema, run_id, deployment_id = raw.get("schema"), raw.get("run_id"), raw.get("deployment_id")
+        answered = (StartStack.SCHEMA, RestartEngines.SCHEMA)
+        if schema not in answered or not isinstance(run_id, str) or not isinstance(deployment_id, str):
+            return
+        first = error.strip().splitlines()
+        reason = (
+            f"The node agent on {self.node_id} could not read the {schema.split('/')[0].rsplit('.', 1)[-1]} command "
+            f"({' '.join(first[:3])[:400]}). Install the same kvbench version on the planner and every node agent, "
+            "then run the workload again."
+        )
+        self.m_launch_failures.inc()
+        log.error("unreadable command answered", extra={"run_id": run_id, "deployment_id": deployment_id,
+                                                        "node_id": self.node_id, "reason": reason})  # fmt: skip
+        await self.bus.publish(StackFailed(deployment_id=deployment_id, run_id=run_id, node_id=self.node_id,
+                                           reason=reason))  # fmt: skip
+
     async def _failed(self, command: StartStack, reason: str) -> None:
         self.m_launch_failures.inc()
         log.error("stack failed to start", extra={"run_id": command.run_id, "deployment_id": command.deployment_id,
@@ -360,6 +386,7 @@ async def run(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
             filter_subject=f"kvbench.cmd.node.{settings.node_id}.>",
             ack_wait_s=300,
             batch=1,
+            on_poison=agent.unreadable_command,
         )
         await stop.wait()
         log.info("stopping", extra={"node_id": settings.node_id})
