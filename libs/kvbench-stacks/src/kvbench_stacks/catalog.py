@@ -58,6 +58,12 @@ class StackSpec(BaseModel):
     shared_store: SharedStore | None = Field(None, description="The store every machine of the pool shares")
     disk_tier: bool = Field(False, description="Engines keep a local disk tier when the plan's kv_tier is nvme")
 
+    def checked_releases(self, engine: str | None = None) -> list[str]:
+        """The releases of ``engine`` (default: the stack's own) whose parsers accepted the stack, as bare version
+        numbers (``validated_on`` holds "vllm 0.28.0")."""
+        prefix = f"{engine or self.engine} "
+        return [v.removeprefix(prefix) for v in self.validated_on if v.startswith(prefix)]
+
     @property
     def split(self) -> bool:
         """Prefill and decode run on separate engines (a router in front hands prompts on)."""

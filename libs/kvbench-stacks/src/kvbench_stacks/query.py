@@ -42,6 +42,6 @@ def stack_rows(
         wanted = version.lstrip("v") if version else None
         # a real run recorded on the version asked for; validated_on is what the engines' parsers accepted
         row["validated"] = wanted is not None and any(v.split()[-1] == wanted for v in spec.live_runs)
-        row["conformance_checked"] = wanted is not None and any(v.split()[-1] == wanted for v in spec.validated_on)
+        row["conformance_checked"] = wanted is not None and wanted in spec.checked_releases()
         rows.append(row)
     return rows

@@ -86,8 +86,7 @@ def _stack_rules(
                 "engine.version",
             )
     simulated = w.cluster.sim is not None or any(m.simulated for m in machines or [])
-    checked_releases = [v for v in stack.validated_on if v.startswith(f"{stack.engine} ")]
-    if not simulated and not version and not checked_releases and not w.engine.args.get("image"):
+    if not simulated and not version and not stack.checked_releases() and not w.engine.args.get("image"):
         # an image is tagged with the plan's release, else the newest one checked: with neither, nothing to pin
         err(
             "stack_engine_mismatch",

@@ -57,14 +57,14 @@ def image_version(stack: str, engine: str, version: str | None) -> str | None:
     if version:
         return version
     spec = get_stack(stack)
-    checked = [v.split(" ", 1)[1] for v in (spec.validated_on if spec else ()) if v.startswith(f"{engine} ")]
+    checked = spec.checked_releases(engine) if spec else []
     return max(checked, key=version_tuple) if checked else None
 
 
 def newest_checked(engine: str) -> str | None:
     """The newest version of ``engine`` any stack of the catalog was checked on: the release a server from that
     project's image runs at where the plan's engine is another (a vLLM stack's Mooncake master from SGLang's)."""
-    checked = [v.split(" ", 1)[1] for spec in CATALOG.values() for v in spec.validated_on if v.startswith(f"{engine} ")]
+    checked = [release for spec in CATALOG.values() for release in spec.checked_releases(engine)]
     return max(checked, key=version_tuple) if checked else None
 
 
