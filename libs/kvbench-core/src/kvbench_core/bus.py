@@ -70,6 +70,9 @@ class Poisoned:
 
 
 PUBLISH_RETRY_S = 30.0
+# reads of one bucket's keys sent before the first answer: enough to hide the round trip, few enough not to
+# crowd out the services' own requests on a busy server
+KV_READS_IN_FLIGHT = 32
 
 
 def nats_servers(url: str) -> list[str]:
@@ -243,17 +246,22 @@ class Bus:
 
     async def kv_values(self, bucket: str) -> dict[str, bytes]:
         """Every live key's value, each read from the stream's leader (a direct get may be answered by a replica
-        that has not caught up); deleted and purged keys left out."""
-        values: dict[str, bytes] = {}
-        for key in await self.kv_keys(bucket):
-            try:
-                message = await self.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key}", direct=False)
-            except nats.js.errors.NotFoundError:
-                continue  # expired or removed since the listing
+        that has not caught up); deleted and purged keys left out. The reads go out together, a few dozen in
+        flight (a restarted planner reads every run's state this way: one at a time was a round trip a key)."""
+        in_flight = asyncio.Semaphore(KV_READS_IN_FLIGHT)
+
+        async def read(key: str) -> bytes | None:
+            async with in_flight:
+                try:
+                    message = await self.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key}", direct=False)
+                except nats.js.errors.NotFoundError:
+                    return None  # expired or removed since the listing
             operation = (message.headers or {}).get("KV-Operation")
-            if operation not in ("DEL", "PURGE"):
-                values[key] = message.data or b""
-        return values
+            return None if operation in ("DEL", "PURGE") else message.data or b""
+
+        keys = await self.kv_keys(bucket)
+        read_values = await asyncio.gather(*(read(key) for key in keys))
+        return {key: value for key, value in zip(keys, read_values, strict=True) if value is not None}
 
     async def kv_mirror(self, bucket: str) -> KvMirror:
         """A started live copy of ``bucket`` (see ``KvMirror``)."""
