@@ -42,8 +42,6 @@ class KvMirror:
         self.values: dict[str, bytes] = {}
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._expected = 0  # entries the first watch must deliver before the mirror is whole
-        self._delivered = 0
 
     async def start(self, timeout_s: float = 10.0, give_up_s: float = 180.0) -> KvMirror:
         """Returns once the bucket's values have all arrived. A bus that is slow to answer (a cluster still forming
@@ -52,14 +50,14 @@ class KvMirror:
         deadline = asyncio.get_running_loop().time() + give_up_s
         while True:
             try:
-                self._expected = len(await kv_subject_counts(self._js, self.name))
+                # entries a watch must deliver before the mirror is whole: one per subject the leader counts now
+                expected = len(await kv_subject_counts(self._js, self.name))
             except TRANSIENT_BUS_ERRORS as exc:
                 if asyncio.get_running_loop().time() >= deadline:
                     raise TimeoutError(f"the bus did not describe KV bucket {self.name}: {exc!r}") from None
                 await asyncio.sleep(min(timeout_s, 1.0))
                 continue
-            self._delivered = 0
-            self._task = asyncio.create_task(self._follow(), name=f"kv-mirror:{self.name}")
+            self._task = asyncio.create_task(self._follow(expected), name=f"kv-mirror:{self.name}")
             try:
                 await asyncio.wait_for(self._ready.wait(), timeout_s)
                 return self
@@ -73,21 +71,21 @@ class KvMirror:
                 log.warning("KV bucket's values not in yet; watching again", extra={"bucket": self.name})
                 self.values.clear()
 
-    async def _follow(self) -> None:
+    async def _follow(self, expected: int) -> None:
         while True:
             try:
                 watcher = await self._kv.watchall()
-                initial_done = False
+                initial_done, delivered = False, 0  # a new watcher delivers every value again
                 async for entry in watcher:
                     if entry is None:  # the consumer's count says the initial values are in (see the module's doc)
                         initial_done = True
                     else:
-                        self._delivered += 1
+                        delivered += 1
                         if entry.operation in ("DEL", "PURGE"):
                             self.values.pop(entry.key, None)
                         else:
                             self.values[entry.key] = entry.value or b""
-                    if initial_done and self._delivered >= self._expected:
+                    if initial_done and delivered >= expected:
                         self._ready.set()
             except asyncio.CancelledError:
                 raise
