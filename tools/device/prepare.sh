@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 pins=()
 for name in pydantic pydantic-core annotated-types typing-inspection typing-extensions orjson pyyaml python-ulid \
   rich markdown-it-py mdurl pygments pydantic-settings python-dotenv \
-  nats-py httpx httpcore h11 anyio certifi click; do
+  nats-py httpx httpcore h11 anyio certifi click pynacl cffi pycparser cryptography; do
   version=$(grep -A1 "^name = \"$name\"$" uv.lock | sed -n 's/^version = "\(.*\)"/\1/p' | head -1) ||
     { echo "prepare.sh: $name is not in uv.lock" >&2; exit 1; }
   pins+=("$name==$version")
