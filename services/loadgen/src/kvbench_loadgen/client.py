@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kvbench_loadgen.sse import HttpError, post_stream
+from kvbench_loadgen.sse import HttpError, post_stream, wait_until
 
 __all__ = ["StreamResult", "stream_completion"]
 
@@ -91,17 +91,21 @@ async def stream_completion(
     chat: bool,
     timeout_s: float,
     headers: dict[str, str] | None = None,
+    not_before: float | None = None,
 ) -> StreamResult:
     """One streamed request. ``session`` is unused (kept for callers that hold one): the events are read by
-    kvbench's own HTTP client, which stamps them in the socket callback (``sse.py``)."""
+    kvbench's own HTTP client, which stamps them in the socket callback (``sse.py``). ``not_before``: the monotonic
+    moment the request is due (it is written then, its set-up done before)."""
     url = f"{base_url}/v1/chat/completions" if chat else f"{base_url}/v1/completions"
     # orjson: a long prompt (tens of thousands of words) encodes several times faster than with json.dumps
     body = orjson.dumps({**payload, "stream": True, "stream_options": {"include_usage": True}})
     if not base_url.startswith("http://"):
+        if not_before is not None:
+            await wait_until(not_before)
         return await _stream_aiohttp(session, url, body, timeout_s, headers)
     result = StreamResult(t0=time.monotonic())
     try:
-        response = await post_stream(url, body, {**_JSON, **(headers or {})}, timeout_s)
+        response = await post_stream(url, body, {**_JSON, **(headers or {})}, timeout_s, not_before)
         # TTFT runs from the request's write to the socket: opening a connection is its own figure
         result.t0, result.connect_s = response.sent_at, response.connect_s
         if response.status != 200:

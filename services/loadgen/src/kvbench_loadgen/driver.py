@@ -33,7 +33,7 @@ from kvbench_contracts.envelope import new_id
 from kvbench_contracts.records import RequestRecord
 from kvbench_loadgen.client import StreamResult, stream_completion
 from kvbench_loadgen.routing import Router
-from kvbench_loadgen.sse import preconnect
+from kvbench_loadgen.sse import preconnect, wait_until
 from kvbench_workloads.arrivals import arrival_gaps
 from kvbench_workloads.sessions import Session, Turn
 from kvbench_workloads.sources import Source
@@ -139,17 +139,10 @@ def to_record(
     )
 
 
-_TIMER_SLACK_S = 0.001  # an event loop's timers fire up to a millisecond late (uvloop's resolution is 1 ms)
-
-
-async def _until(when: float) -> None:
-    """Wait until monotonic ``when`` to well under a millisecond: a timer for all but the last stretch, then yields
-    to the loop (other streams' reads go on) until the moment; at most that stretch of spinning per send."""
-    delay = when - time.monotonic()
-    if delay > _TIMER_SLACK_S:
-        await asyncio.sleep(delay - _TIMER_SLACK_S)
-    while time.monotonic() < when:  # noqa: ASYNC110 (nothing to wait on but the clock, for under a millisecond)
-        await asyncio.sleep(0)
+# an open-loop request is started this long before its moment and waits for it itself, right before its write
+# (sse.wait_until): the write then leaves one pass of the event loop after the moment, not two or three (the
+# pacer's wake-up, the new task's first step, the request's set-up) behind it
+_SEND_LEAD_S = 0.0015
 
 
 class Driver:
@@ -263,9 +256,9 @@ class Driver:
         try:
             if self._limit is not None:
                 async with self._limit:
-                    result = await self._stream(endpoint.base_url, payload, turn.chat, request_id)
+                    result = await self._stream(endpoint.base_url, payload, turn.chat, request_id, due)
             else:
-                result = await self._stream(endpoint.base_url, payload, turn.chat, request_id)
+                result = await self._stream(endpoint.base_url, payload, turn.chat, request_id, due)
         except asyncio.CancelledError:
             # cut off at the end of the drain time: a timeout, recorded (it may lie in the window)
             self._emit(session, number, turn, StreamResult(t0=started, error="timeout"), request_id)
@@ -279,7 +272,9 @@ class Driver:
         session.record(turn, text, result.ok)
         return result.ok
 
-    async def _stream(self, base_url: str, payload: dict[str, object], chat: bool, request_id: str) -> StreamResult:
+    async def _stream(
+        self, base_url: str, payload: dict[str, object], chat: bool, request_id: str, due: float | None = None
+    ) -> StreamResult:
         assert self._http is not None
         return await stream_completion(
             self._http,
@@ -288,6 +283,7 @@ class Driver:
             chat=chat,
             timeout_s=self.config.request_timeout_s,
             headers={"X-Request-Id": request_id},
+            not_before=due,
         )
 
     def _emit(self, session: Session, number: int, turn: Turn, result: StreamResult, request_id: str) -> None:
@@ -405,7 +401,9 @@ class Driver:
             next_t += gap
             if next_t >= self._deadline:
                 break
-            await _until(next_t)
+            ahead_s = next_t - _SEND_LEAD_S - time.monotonic()
+            if ahead_s > 0:
+                await asyncio.sleep(ahead_s)
             session: Session | None = ready.popleft() if ready else None
             if session is None and not exhausted:
                 session = self.source.next_session(opened)
@@ -453,7 +451,7 @@ class Driver:
                 upcoming.next_turn()
                 ahead.append(upcoming)
                 await asyncio.sleep(0)  # let the requests already sent read their streams in between
-            await _until(at)
+            await wait_until(at)
             session = ahead.popleft()
             lags.append(max(0.0, time.monotonic() - at) * self.config.time_scale)
             task = asyncio.create_task(self._session(session, at))

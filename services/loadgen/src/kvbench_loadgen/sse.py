@@ -273,8 +273,24 @@ async def preconnect(url: str, count: int, timeout_s: float = 10.0, parallel: in
     return len(pool)
 
 
-async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> SseResponse:
-    """POST ``body`` and collect the streamed events; raises ``HttpError`` or ``TimeoutError``."""
+_TIMER_SLACK_S = 0.001  # an event loop's timers fire up to a millisecond late (uvloop's resolution is 1 ms)
+
+
+async def wait_until(when: float) -> None:
+    """Wait until monotonic ``when`` to well under a millisecond: a timer for all but the last stretch, then yields
+    to the loop (other streams' reads go on) until the moment; at most that stretch of spinning per send."""
+    delay = when - time.monotonic()
+    if delay > _TIMER_SLACK_S:
+        await asyncio.sleep(delay - _TIMER_SLACK_S)
+    while time.monotonic() < when:  # noqa: ASYNC110 (nothing to wait on but the clock, for under a millisecond)
+        await asyncio.sleep(0)
+
+
+async def post_stream(
+    url: str, body: bytes, headers: dict[str, str], timeout_s: float, not_before: float | None = None
+) -> SseResponse:
+    """POST ``body`` and collect the streamed events; raises ``HttpError`` or ``TimeoutError``. ``not_before``: the
+    monotonic moment the request is due; it is written then (a connection to open is opened first)."""
     host, port, pool = _pool(url)
     connection = None
     while pool and connection is None:
@@ -295,7 +311,10 @@ async def post_stream(url: str, body: bytes, headers: dict[str, str], timeout_s:
                 except OSError as exc:
                     raise HttpError(str(exc)) from exc
                 connect_s = time.monotonic() - opening
-            done = await connection.request(head.encode() + body)
+            data = head.encode() + body
+            if not_before is not None:
+                await wait_until(not_before)
+            done = await connection.request(data)
             response = await done
             response.connect_s = connect_s
     except BaseException:
