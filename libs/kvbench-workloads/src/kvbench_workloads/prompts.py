@@ -14,11 +14,11 @@ __all__ = ["TOKENIZER_NAME", "words"]
 
 TOKENIZER_NAME = "words (1 token per whitespace-separated word)"
 _VOCAB = [f"{a}{b}" for a in "bcdfghjklmnprstvz" for b in ("a", "e", "i", "o", "u", "an", "en", "in", "on", "ar")]
+# a random byte's word (byte mod the vocabulary's size), looked up in C: a simulated hour draws millions of words
+_WORD_OF_BYTE = [_VOCAB[b % len(_VOCAB)] for b in range(256)]
 
 
 def words(key: str, count: int) -> list[str]:
     """``count`` words fixed by ``key``: the same key always gives the same text (in any process: a string seed
     is hashed with SHA-512 by ``random.Random``, not with Python's per-process string hash)."""
-    raw = random.Random(key).randbytes(count)
-    vocab, size = _VOCAB, len(_VOCAB)
-    return [vocab[b % size] for b in raw]
+    return list(map(_WORD_OF_BYTE.__getitem__, random.Random(key).randbytes(count)))

@@ -34,7 +34,8 @@ def output_words(prompt_tokens: list[str], count: int, seed: int) -> list[str]:
     seed: two bytes a word, so a whole reply costs one hash call."""
     key = " ".join(prompt_tokens[-64:]).encode() + seed.to_bytes(8, "big")
     stream = memoryview(hashlib.shake_128(key).digest(2 * count)).cast("H")
-    return [_WORDS[v & 4095] for v in stream]
+    return list(map(_WORD_OF_VALUE.__getitem__, stream))
 
 
 _WORDS = [f"w{i}" for i in range(4096)]
+_WORD_OF_VALUE = _WORDS * 16  # indexed by a 16-bit value: its low 12 bits' word, looked up in C
