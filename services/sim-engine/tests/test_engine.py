@@ -158,3 +158,94 @@ def test_under_preemption_no_request_is_scheduled_twice_and_every_one_finishes()
     assert finished == {"r0", "r1", "r2"}
     assert engine.counters.preemptions > 0
     assert all(n >= 100 for n in tokens.values())
+
+
+class _ListPool:
+    """The free list as one ordered list, block by block: what BlockPool's two queues must reproduce."""
+
+    def __init__(self, n: int) -> None:
+        from collections import OrderedDict  # noqa: PLC0415
+
+        self.ref, self.hash = [0] * n, [None] * n  # type: list[int], list[int | None]
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(n))
+        self.cached: dict[int, int] = {}
+
+    def acquire(self, hashes: list[int]) -> list[int]:
+        hit = []
+        for h in hashes:
+            b = self.cached.get(h)
+            if b is None:
+                break
+            if self.ref[b] == 0:
+                self.free.pop(b)
+            self.ref[b] += 1
+            hit.append(b)
+        return hit
+
+    def allocate(self, n: int) -> list[int] | None:
+        if n > len(self.free):
+            return None
+        out = []
+        for _ in range(n):
+            b, _ = self.free.popitem(last=False)
+            old = self.hash[b]
+            if old is not None:
+                if self.cached.get(old) == b:
+                    del self.cached[old]
+                self.hash[b] = None
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def register(self, b: int, h: int) -> None:
+        if h not in self.cached and self.hash[b] is None:
+            self.cached[h], self.hash[b] = b, h
+
+    def release(self, blocks: list[int]) -> None:
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free[b] = None
+                if self.hash[b] is None:
+                    self.free.move_to_end(b, last=False)
+
+    def reset(self) -> None:
+        for b in self.free:
+            if self.hash[b] is not None:
+                self.cached.pop(self.hash[b], None)  # type: ignore[arg-type]
+                self.hash[b] = None
+
+
+def test_the_pools_free_list_keeps_the_order_of_one_ordered_list_through_hits_evictions_and_resets() -> None:
+    """Random requests (shared prefixes, their own blocks, partly registered, released in any order, an occasional
+    reset) on a small pool, so that blocks are hit, evicted and freed again many times: every allocation, every hit
+    and the free list stay those of the block-by-block list (the model a faster pool must keep, bit for bit)."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(5)
+    pool, model = BlockPool(48), _ListPool(48)
+    held: list[list[int]] = []
+    for step in range(6000):
+        if held and (rng.random() < 0.45 or pool.free_blocks < 8):
+            blocks = held.pop(rng.randrange(len(held)))
+            pool.release(blocks)
+            model.release(blocks)
+        elif step % 997 == 0:
+            pool.reset()
+            model.reset()
+        else:
+            prefix = [rng.randrange(6) * 100 + j for j in range(rng.randint(0, 5))]
+            hit = pool.acquire_prefix(prefix)
+            assert hit == model.acquire(prefix)
+            want = rng.randint(0, 4)
+            new = pool.allocate(want)
+            assert new == model.allocate(want)
+            blocks = hit + (new or [])
+            for j, b in enumerate(blocks[: len(prefix)]):
+                if rng.random() < 0.8:
+                    pool.register(b, prefix[j])
+                    model.register(b, prefix[j])
+            held.append(blocks)
+        assert list(pool._free) == list(model.free), step
+        assert pool.free_blocks == len(model.free)
+    assert pool.evictions > 100
