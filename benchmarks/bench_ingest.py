@@ -113,7 +113,36 @@ def binary_copy_rows(body: bytes) -> bytes:
     return b"".join(rows)
 
 
-def worker(nats_url: str, dsn: str, stored: Any, ready: Any, go: Any, tag: str) -> None:
+def tree_cpu_s(root: int) -> float | None:
+    """CPU seconds (user + system) used so far by process ``root`` and its descendants, from /proc (None where
+    there is no /proc): what PostgreSQL's backends and the NATS server spent, beside the reporter's own."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    parent_of: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+        parent_of[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    total = 0.0
+    for pid, seconds in used.items():
+        walk = pid
+        while walk > 1 and walk != root:
+            walk = parent_of.get(walk, 0)
+        if walk == root:
+            total += seconds
+    return total
+
+
+def worker(nats_url: str, dsn: str, stored: Any, ready: Any, go: Any, tag: str, cpu: Any) -> None:
     """One reporter replica's records consumer (the same durable: JetStream shares the batches out)."""
 
     async def run() -> None:
@@ -130,17 +159,25 @@ def worker(nats_url: str, dsn: str, stored: Any, ready: Any, go: Any, tag: str) 
             with ready.get_lock():
                 ready.value += 1
             await asyncio.to_thread(go.wait)  # start together, once every replica has imported and connected
+            started = time.process_time()
 
             bus.subscribe_raw(consume, durable=f"bench-{tag}", stream="KVBENCH_RECORDS", batch=100)
             while stored.value < N:
                 await asyncio.sleep(0.05)
+            with cpu.get_lock():
+                cpu.value += time.process_time() - started
         await store.close()
 
     asyncio.run(run())
 
 
-async def one_round(bus: Bus, store: Store, nats_url: str, dsn: str, records: list[RequestRecord], tag: str) -> float:
-    """Publish every record, then time the reporter process(es) draining them into PostgreSQL."""
+async def one_round(
+    bus: Bus, store: Store, servers: tuple[EmbeddedNats, EmbeddedPostgres], records: list[RequestRecord], tag: str
+) -> tuple[float, dict[str, float | None]]:
+    """Publish every record, then time the reporter process(es) draining them into PostgreSQL; returns the time and
+    the CPU seconds each party spent meanwhile (the reporters, PostgreSQL's processes, the NATS server)."""
+    nats, pg = servers
+    nats_url, dsn = nats.url, pg.dsn
     await bus.js.purge_stream("KVBENCH_RECORDS")
     await store.pool.execute("TRUNCATE request_records")
     pending = []
@@ -152,21 +189,28 @@ async def one_round(bus: Bus, store: Store, nats_url: str, dsn: str, records: li
             pending = []
     await asyncio.gather(*pending)
     ctx = multiprocessing.get_context("spawn")
-    stored, ready, go = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event()
-    workers = [ctx.Process(target=worker, args=(nats_url, dsn, stored, ready, go, tag)) for _ in range(WORKERS)]
+    stored, ready, go, cpu = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event(), ctx.Value("d", 0.0)
+    workers = [ctx.Process(target=worker, args=(nats_url, dsn, stored, ready, go, tag, cpu)) for _ in range(WORKERS)]
     for process in workers:
         process.start()
     while ready.value < WORKERS:
         await asyncio.sleep(0.05)
+    postmaster = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+    before = {"postgresql": tree_cpu_s(postmaster), "nats": tree_cpu_s(nats.pid or 0)}
     t0 = time.perf_counter()
     go.set()
     while stored.value < N:
         await asyncio.sleep(0.02)
     ingest_s = time.perf_counter() - t0
+    after = {"postgresql": tree_cpu_s(postmaster), "nats": tree_cpu_s(nats.pid or 0)}
     for process in workers:
         process.join(timeout=30)
     assert await store.pool.fetchval("SELECT count(*) FROM request_records") == N
-    return ingest_s
+    spent: dict[str, float | None] = {"reporter": cpu.value}
+    for party, at_go in before.items():
+        at_end = after[party]
+        spent[party] = None if at_go is None or at_end is None else at_end - at_go
+    return ingest_s, spent
 
 
 async def main() -> None:
@@ -179,13 +223,18 @@ async def main() -> None:
             await store.pool.execute("CREATE TABLE keyed_records (LIKE request_records)")
             await store.pool.execute("ALTER TABLE keyed_records ADD PRIMARY KEY (run_id, job_id, request_id)")
             ingest_rates: list[float] = []
+            cpu_us: dict[str, list[float]] = {"reporter": [], "postgresql": [], "nats": []}
             copy_rates: list[float] = []
             keyed_rates: list[float] = []
             binary_rates: list[float] = []
             build_us: list[float] = []
             for round_no in range(ROUNDS):
                 records = make_records("J1", N)  # fresh request ids: each round is new data, not a redelivery
-                ingest_rates.append(N / await one_round(bus, store, nats.url, pg.dsn, records, f"r{round_no}"))
+                ingest_s, spent = await one_round(bus, store, (nats, pg), records, f"r{round_no}")
+                ingest_rates.append(N / ingest_s)
+                for party, seconds in spent.items():
+                    if seconds is not None:
+                        cpu_us[party].append(seconds / N * 1e6)
                 rows = record_rows("R", records)
                 conn = await asyncpg.connect(pg.dsn)
                 for table, rates in (("request_records", copy_rates), ("keyed_records", keyed_rates)):
@@ -215,6 +264,16 @@ async def main() -> None:
             f"{statistics.median(ingest_rates):,.0f} records/s (goal 100,000); rounds: "
             + ", ".join(f"{r:,.0f}" for r in ingest_rates)
         )
+        if all(cpu_us.values()):
+            per_record = {party: statistics.median(values) for party, values in cpu_us.items()}
+            total, cores = sum(per_record.values()), os.cpu_count() or 1
+            print(
+                "CPU a record during ingestion (medians): "
+                + ", ".join(f"{party} {us:.2f} us" for party, us in per_record.items())
+                + f"; {total:.2f} us in all, so {cores} cores ingest at most {cores / total * 1e6:,.0f} records/s with "
+                f"every core busy, and PostgreSQL's share alone caps one COPY stream at "
+                f"{1e6 / per_record['postgresql']:,.0f} records/s (issue 18's goal: 250,000)"
+            )
         sample = make_records("J1", 20_000)
         for form in (RecordsPacked, RecordsBinary):
             bodies = [
