@@ -15,7 +15,7 @@ import pytest
 from kvbench_stacks.catalog import CATALOG, get_stack
 from kvbench_stacks.query import version_tuple
 from kvbench_stacks.recipes import RECIPES, EngineSettings, PoolMachine, RenderContext, render
-from kvbench_stacks.recipes.images import LMCACHE_RELEASE, VALKEY_IMAGE, newest_checked
+from kvbench_stacks.recipes.images import LMCACHE_RELEASE, VALKEY_IMAGE, VLLM_ROUTER_RELEASE, newest_checked
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -340,10 +340,29 @@ def test_servers_beside_the_engines_run_pinned_releases_of_their_projects() -> N
     assert {v for k, v in router.items() if k.endswith(("/router", "/mooncake-master"))} == {"lmsysorg/sglang:v0.5.20"}
 
 
-def test_the_lmcache_image_is_of_the_newest_lmcache_the_conformance_suite_checks() -> None:
+def _pinned_by_the_conformance_suite(package: str) -> list[str]:
     envs = tomllib.loads((Path(__file__).resolve().parents[3] / "tools" / "conformance" / "envs.toml").read_text())
-    pinned = [
-        package.split("==")[1] for env in envs["env"].values() for package in env["no_deps"]
-        if package.startswith("lmcache==")
+    return [
+        pin.split("==")[1] for env in envs["env"].values() for pin in env["no_deps"]
+        if pin.startswith(f"{package}==")
     ]  # fmt: skip
-    assert max(pinned, key=version_tuple) == LMCACHE_RELEASE
+
+
+def test_the_lmcache_image_is_of_the_newest_lmcache_the_conformance_suite_checks() -> None:
+    assert max(_pinned_by_the_conformance_suite("lmcache"), key=version_tuple) == LMCACHE_RELEASE
+
+
+@pytest.mark.parametrize(("stack", "vllm"), [("vllm-pd-nixl", "0.28.0"), ("vllm-pd-mooncake", "0.25.1"),
+                                             ("vllm-pd-mori", "0.28.0")])  # fmt: skip
+def test_vllm_router_runs_from_its_own_image_at_the_release_the_conformance_suite_checks(stack: str, vllm: str) -> None:
+    """vllm-router publishes its own image (``vllm/vllm-router:v<release>``, the Rust binary on the PATH); vLLM's
+    image is not known to carry it. The router's release is the one whose parser the suite ran on the rendered
+    arguments, whatever the plan's vLLM (and the same image on an AMD pool: the router uses no GPU)."""
+    assert max(_pinned_by_the_conformance_suite("vllm-router"), key=version_tuple) == VLLM_ROUTER_RELEASE
+    images = _every_image(stack, vllm)
+    assert {v for k, v in images.items() if k.endswith("/router")} == {f"vllm/vllm-router:v{VLLM_ROUTER_RELEASE}"}
+    assert {v for k, v in images.items() if not k.endswith("/router")} <= {
+        f"vllm/vllm-openai:v{vllm}",
+        f"vllm/vllm-openai-rocm:v{vllm}",
+        f"lmsysorg/sglang:v{newest_checked('sglang')}",  # a Mooncake master beside the engines
+    }

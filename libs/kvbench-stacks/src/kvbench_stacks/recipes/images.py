@@ -12,6 +12,12 @@ Read off each project's own release code (kept here as facts; none of it is copi
 - LMCache: ``lmcache/vllm-openai:v<LMCache version>`` (its image of vLLM with LMCache; the release tags seen
   published are ``v0.3.7`` to ``v0.5.5``). The LMCache server, proxies and scripts run from it, at the newest LMCache
   the conformance suite checks (``LMCACHE_RELEASE``, held to tools/conformance/envs.toml by a test).
+- vllm-router (its ``.buildkite/scripts/publish-release-images.sh`` and ``Dockerfile.router``): its own image,
+  ``vllm/vllm-router:v<router version>`` (x86_64 and aarch64, no GPU libraries), the router's Rust binary as
+  ``vllm-router`` on the PATH and no entrypoint; vLLM's own P/D guide runs it as ``docker run vllm/vllm-router:...
+  vllm-router ...``. vLLM's image is not known to carry it, so the router never runs from vLLM's. It runs at the
+  router release the conformance suite checks (``VLLM_ROUTER_RELEASE``, held to tools/conformance/envs.toml by a
+  test), whatever the plan's vLLM: the router talks to the engines over HTTP and the connector's side channel.
 - The servers beside the engines of another project (the Mooncake master from SGLang's image, the routers) run the
   image of the newest version of that project the catalog was checked on, never a moving ``latest``; Valkey a patch
   release (``VALKEY_IMAGE``), not the major tag ``8`` that moves under a run.
@@ -27,17 +33,21 @@ from kvbench_stacks.query import version_tuple
 __all__ = [
     "LMCACHE_RELEASE",
     "VALKEY_IMAGE",
+    "VLLM_ROUTER_RELEASE",
     "image_version",
     "lmcache_image",
     "newest_checked",
     "sglang_image",
     "trtllm_image",
     "vllm_image",
+    "vllm_router_image",
 ]
 
 # the newest LMCache the conformance suite runs its parsers on (tools/conformance/envs.toml)
 LMCACHE_RELEASE = "0.5.6"
 VALKEY_IMAGE = "valkey/valkey:8.1.10"
+# the vllm-router release the conformance suite runs its parser on (tools/conformance/envs.toml)
+VLLM_ROUTER_RELEASE = "0.1.17"
 
 # SGLang's AMD images, by the GPU family they are built for
 _SGLANG_AMD_FAMILY = {"MI300X": "mi30x", "MI325X": "mi30x", "MI350X": "mi35x", "MI355X": "mi35x"}
@@ -70,6 +80,11 @@ def newest_checked(engine: str) -> str | None:
 
 def lmcache_image(version: str | None = None) -> str:
     return f"lmcache/vllm-openai:v{_release(version) or LMCACHE_RELEASE}"
+
+
+def vllm_router_image() -> str:
+    """vllm-router's own image (CPU only, for x86_64 and aarch64 hosts alike, so an AMD pool's router too)."""
+    return f"vllm/vllm-router:v{VLLM_ROUTER_RELEASE}"
 
 
 def vllm_image(version: str | None, rocm: bool) -> str:

@@ -12,7 +12,7 @@ from kvbench_stacks.recipes.common import (
     place,
 )
 from kvbench_stacks.recipes.engines import hicache_args, sglang, vllm
-from kvbench_stacks.recipes.images import image_version, vllm_image
+from kvbench_stacks.recipes.images import vllm_router_image
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
@@ -67,7 +67,7 @@ def vllm_pd_mori(ctx: RenderContext) -> Machines:  # stacks.md 6: vllm-router fi
             "consistent_hash",
         ],
         "vllm-router",
-        vllm_image(image_version(ctx.stack, "vllm", ctx.engine.version), rocm=True),
+        vllm_router_image(),
     )
     router = router.model_copy(
         update={

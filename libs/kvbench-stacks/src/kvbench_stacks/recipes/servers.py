@@ -15,7 +15,7 @@ from kvbench_stacks.recipes.images import (
     lmcache_image,
     newest_checked,
     sglang_image,
-    vllm_image,
+    vllm_router_image,
 )
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
@@ -275,7 +275,7 @@ def vllm_pd_router(
     ]
     for s in slots:
         argv += ["--prefill" if s.role == "prefill" else "--decode", url_of(ctx, s)]
-    return router_process(ctx, argv + (extra or []), "vllm-router", vllm_image(_version_of(ctx, "vllm"), rocm=False))
+    return router_process(ctx, argv + (extra or []), "vllm-router", vllm_router_image())
 
 
 def lmcache_pd_proxy(
