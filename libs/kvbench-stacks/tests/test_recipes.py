@@ -194,6 +194,17 @@ def test_lmcache_proxies_listen_beyond_localhost(stack: str) -> None:
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
 
 
+@pytest.mark.parametrize("stack", sorted(RECIPES))
+def test_every_script_run_from_the_lmcache_examples_is_declared_host_code(stack: str) -> None:
+    # LMCache 0.5.6's wheel has no examples/ and its published images only install the wheel: a proxy script run
+    # from the examples folder is on the host (checked before start, mounted read-only into the image) or nowhere
+    examples = "/opt/lmcache/examples/"
+    for procs in render(context(stack)).values():
+        for p in procs:
+            scripts = [a for a in p.argv if a.startswith(examples)]
+            assert sorted(scripts) == sorted(p.host_code), f"{stack} {p.name}: {p.argv[:2]} vs {p.host_code}"
+
+
 def test_engines_per_cache_server_groups_the_pools_engines_around_their_servers() -> None:
     """Issue 19 (the study's section 4.3): a server per engine splits each machine's host memory and disk folder,
     on ports of its own; one server for four engines on two machines is reached over TCP from the other machine."""

@@ -20,7 +20,7 @@ from kvbench_contracts.problem import Problem
 
 __all__ = ["DEFAULT_CODE_DIRS", "refusals"]
 
-DEFAULT_CODE_DIRS = ("/opt/lmcache/examples",)  # where the LMCache images keep their P/D proxy scripts
+DEFAULT_CODE_DIRS = ("/opt/lmcache/examples",)  # where `kvbench-agent --fetch-lmcache-examples` puts the P/D proxies
 
 
 def _inside(path: str, roots: list[str] | tuple[str, ...]) -> bool:
@@ -53,7 +53,8 @@ def refusals(args: Mapping[str, object], sizing: Sizing, policy: MachinePolicy) 
                 field="engine.args.lmcache_examples",
                 message=f"{examples!s} is not a directory the machine runs scripts from "
                 f"(allowed: {', '.join(code_dirs)})",
-                fix="Leave it out (the image's /opt/lmcache/examples), or have the machine's operator allow the "
+                fix="Leave it out (/opt/lmcache/examples, where kvbench-agent --fetch-lmcache-examples puts them), "
+                "or have the machine's operator allow the "
                 "directory: KVBENCH_NODE_AGENT_ALLOWED_CODE_DIRS=<dir>[,<dir>...]",
             )
         )

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -69,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sim-gpu", help="with --simulated: the GPU model it declares and simulates (default L40S)")
     parser.add_argument("--sim-gpus", type=int, help="with --simulated: how many GPUs it declares")
     parser.add_argument("--check", action="store_true", help="check the settings and the bus, then exit")
+    parser.add_argument(
+        "--fetch-lmcache-examples",
+        nargs="?",
+        const="/opt/lmcache/examples",
+        metavar="DIR",
+        help="download LMCache's examples (its P/D proxies, which no LMCache image or wheel holds) at the release the "
+        "LMCache stacks run, into DIR (default /opt/lmcache/examples), then exit",
+    )
     parser.add_argument("--detach", action="store_true", help="keep running in the background after you log out")
     parser.add_argument(
         "--log", metavar="FILE", help="with --detach: where its log goes (default: STATE_DIR/agent.log)"
@@ -169,6 +178,16 @@ async def _try_connect(url: str, auth: NatsAuth, timeout_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.fetch_lmcache_examples:  # a set-up step: no bus, no settings
+        from kvbench_node_agent.lmcache_examples import fetch  # noqa: PLC0415
+
+        try:
+            done = fetch(Path(args.fetch_lmcache_examples))
+        except (OSError, ValueError, tarfile.TarError) as exc:
+            sys.stderr.write(f"kvbench-agent: could not fetch LMCache's examples: {exc}\n")
+            raise SystemExit(1) from None
+        sys.stdout.write(f"kvbench-agent: {done}\n")
+        raise SystemExit(0)
     try:
         env = resolve_environment(args, dict(os.environ))
     except AgentConfigError as exc:

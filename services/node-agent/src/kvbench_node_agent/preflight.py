@@ -15,7 +15,15 @@ from typing import Any
 
 from kvbench_stacks.recipes.model import ProcessSpec
 
-__all__ = ["GATED_PREFIXES", "PreflightIssue", "check_binaries", "check_ports", "check_sizing", "preflight"]
+__all__ = [
+    "GATED_PREFIXES",
+    "PreflightIssue",
+    "check_binaries",
+    "check_host_code",
+    "check_ports",
+    "check_sizing",
+    "preflight",
+]
 
 # organisations whose models are gated on the Hugging Face Hub: they need the HF token secret
 GATED_PREFIXES = ("meta-llama/", "mistralai/", "google/gemma")
@@ -78,6 +86,22 @@ def check_binaries(machine: str, specs: list[ProcessSpec], launcher: str) -> lis
                 )
             )
     return issues
+
+
+def check_host_code(machine: str, specs: list[ProcessSpec]) -> list[PreflightIssue]:
+    """The scripts a stack runs from this machine's disk (under either launcher: the docker one mounts them)."""
+    return [
+        PreflightIssue(
+            machine,
+            "host_code",
+            f"{path} is not on this machine ({spec.name} runs it, and no image or package holds it)",
+            f"Fetch LMCache's examples, at the release its image runs: kvbench-agent --fetch-lmcache-examples "
+            f"{Path(path).parents[1]} (or set engine.args.lmcache_examples to a folder that holds them).",
+        )
+        for spec in specs
+        for path in spec.host_code
+        if not Path(path).is_file()
+    ]
 
 
 def _writable_with_space(path: str, need_gb: float) -> tuple[bool, str]:
@@ -193,6 +217,7 @@ def preflight(
     has_token: bool,
 ) -> list[PreflightIssue]:
     issues = check_binaries(machine, specs, launcher)
+    issues += check_host_code(machine, specs)
     issues += check_sizing(machine, sizing, ram_gb)
     issues += check_ports(machine, specs)
     issues += check_model(machine, model, has_token)

@@ -28,6 +28,11 @@ class ProcessSpec(BaseModel):
     gpus: list[int] = Field(default_factory=list)
     binary: str = Field(description="Executable that must exist for the process launcher")
     image: str | None = Field(None, description="Container image for the docker launcher")
+    host_code: list[str] = Field(
+        default_factory=list,
+        description="Host files it runs that neither its image nor a package holds (LMCache's P/D proxy scripts): "
+        "checked before anything starts; the docker launcher mounts each one's folder read-only at the same path",
+    )
     serves_requests: bool = Field(False, description="Load generators send requests here")
 
 

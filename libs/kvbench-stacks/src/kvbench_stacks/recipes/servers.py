@@ -285,7 +285,11 @@ def lmcache_pd_proxy(
 
     Both scripts bind --host, default "localhost" (LMCache examples/disagg_prefill{,_mp}/disagg_proxy_server.py,
     parse_args), and disagg_prefill_mp serves the prefill engines' telemetry posts on the same host: bound to
-    localhost, the posts from another machine are refused and every request waits for them forever."""
+    localhost, the posts from another machine are refused and every request waits for them forever.
+
+    No LMCache image or wheel holds the script (the published images install the wheel, which has no examples), so
+    it is a host file (``kvbench-agent --fetch-lmcache-examples`` puts LMCache's examples at the default folder),
+    mounted read-only into the image that runs it."""
     examples = str(ctx.engine.args.get("lmcache_examples") or "/opt/lmcache/examples")
     argv = [
         "python3",
@@ -305,7 +309,7 @@ def lmcache_pd_proxy(
         *extra,
     ]
     proxy = router_process(ctx, argv, "python3", lmcache_image(), health_path="")
-    return proxy.model_copy(update={"ports": {**proxy.ports, **ports}})
+    return proxy.model_copy(update={"ports": {**proxy.ports, **ports}, "host_code": [f"{examples}/{script}"]})
 
 
 def with_lmcache_servers(ctx: RenderContext, out: Machines, l2: list[dict[str, Any]], l1_gb: float) -> Machines:

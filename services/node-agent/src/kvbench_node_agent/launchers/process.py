@@ -65,6 +65,8 @@ def docker_argv(
             out += ["--gpus", f'"device={",".join(str(g) for g in spec.gpus)}"']
     if rdma:
         out += ["--device", "/dev/infiniband", "--ulimit", "memlock=-1", "--cap-add", "IPC_LOCK"]
+    for folder in sorted({str(Path(path).parent) for path in spec.host_code}):
+        out += ["-v", f"{folder}:{folder}:ro"]  # scripts no image holds, read-only: the container runs, never edits
     for key, value in sorted(env.items()):
         out += ["-e", f"{key}={value}"]
     for name in sorted(secret_names):
