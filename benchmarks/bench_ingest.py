@@ -2,15 +2,15 @@
 
 Method: embedded NATS and PostgreSQL on this machine; N records (32-token outputs, so 32 chunk times each) are
 published first in binary packed batches of 500 (RecordsBinary, as the load generator sends them); then the
-reporter's records consumer (durable pull, two batches in flight, a JSON head parsed with orjson and the chunk
-arrays sliced into COPY rows) is started and timed until every row is in PostgreSQL. Several rounds (fresh data
-each), median reported: this shared machine is noisy. Baselines in the same run: COPY alone of the same rows from
-memory (no bus, no decoding), and decoding alone per record, the binary form against the base64 one
-(RecordsPacked, what the load generator sent before), and COPY alone into the previous schema's table (a primary key
-over three text columns, where redeliveries are now caught by one key per batch), and the alternative issue 18
-suggested: PostgreSQL's binary COPY rows built in Python straight from the packed columns (timed to build, then
-to COPY the prebuilt bytes): the reporter does not use it, because building the rows costs more than asyncpg's
-compiled encoder saves. Goal of issue 18: 250,000 records/s.
+reporter's records consumer (durable pull, two batches in flight, a JSON head parsed with orjson into Arrow columns,
+the chunk arrays as binary columns over the message's own bytes, written by ADBC's PostgreSQL driver as one binary
+COPY) is started and timed until every row is in PostgreSQL. Several rounds (fresh data each), median reported: this
+shared machine is noisy. Baselines in the same run: the reporter's writer alone from memory (no bus), and asyncpg's
+COPY of the same rows as Python tuples (what the reporter did before), decoding alone per record, the binary form
+against the base64 one (RecordsPacked, what the load generator sent before), COPY alone into the previous schema's
+table (a primary key over three text columns, where redeliveries are now caught by one key per batch), and
+PostgreSQL's binary COPY rows built in Python straight from the packed columns (timed to build, then to COPY the
+prebuilt bytes): slower to build than Arrow's columns. Goal of issue 18: 250,000 records/s.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from kvbench_contracts.envelope import new_id
 from kvbench_contracts.events import RecordsBinary, RecordsPacked, split_binary_records
 from kvbench_contracts.records import RECORD_COLUMNS, RequestRecord
 from kvbench_core.bus import Bus
+from kvbench_core.columns import pack_floats, pack_ints
 from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres
 from kvbench_reporter.ingest import Ingestor, decode_batch
-from kvbench_reporter.store import Store, record_rows
+from kvbench_reporter.store import Store
 
 N = int(os.environ.get("KVBENCH_BENCH_RECORDS", "200000"))
 WORKERS = int(os.environ.get("KVBENCH_BENCH_WORKERS", "1"))
@@ -70,6 +71,16 @@ def make_records(job_id: str, n: int) -> list[RequestRecord]:
             )
         )
     return out
+
+
+def record_rows(run_id: str, records: list[RequestRecord]) -> list[tuple[object, ...]]:
+    """Records as Python tuples in RECORD_COLUMNS order: what the reporter COPYd through asyncpg before (baseline)."""
+    return [
+        (r.job_id, r.request_id, run_id, r.workload, r.session_id, r.turn, r.start_s, r.ttft_s, r.e2e_s,
+         pack_floats(r.chunk_times_s), pack_ints(r.chunk_tokens), r.prompt_tokens, r.output_tokens, r.cached_tokens,
+         r.ok, r.error, r.shard, r.connect_s)
+        for r in records
+    ]  # fmt: skip
 
 
 # PostgreSQL's binary COPY format: a signature, flags and header extension, then per row a field count and each field
@@ -225,6 +236,7 @@ async def main() -> None:
             ingest_rates: list[float] = []
             cpu_us: dict[str, list[float]] = {"reporter": [], "postgresql": [], "nats": []}
             copy_rates: list[float] = []
+            writer_rates: list[float] = []
             keyed_rates: list[float] = []
             binary_rates: list[float] = []
             build_us: list[float] = []
@@ -244,6 +256,13 @@ async def main() -> None:
                     rates.append(N / (time.perf_counter() - t0))
                 bodies = [RecordsBinary.from_records("R", "J1", "s", records[i : i + BATCH]).to_bytes()
                           for i in range(0, N, BATCH)]  # fmt: skip
+                # the reporter's writer alone (decoded tables from memory, claims and ADBC's COPY, groups of 100)
+                decoded_batches = [decode_batch(body)[0] for body in bodies]
+                await conn.execute("TRUNCATE request_records, record_batches")
+                t0 = time.perf_counter()
+                for i in range(0, len(decoded_batches), 100):
+                    await store.insert_batches(decoded_batches[i : i + 100])
+                writer_rates.append(N / (time.perf_counter() - t0))
                 t0 = time.perf_counter()
                 payload = _COPY_HEADER + b"".join(binary_copy_rows(body) for body in bodies) + _COPY_TRAILER
                 build_us.append((time.perf_counter() - t0) / N * 1e6)
@@ -254,8 +273,8 @@ async def main() -> None:
                 binary_rates.append(N / (time.perf_counter() - t0))
                 if round_no == 0:  # the same rows as the reporter's decoding gives, value for value
                     stored = await conn.fetch("SELECT * FROM request_records ORDER BY start_s LIMIT 3")
-                    decoded = decode_batch(bodies[0])[0].rows[:3]
-                    assert [tuple(r) for r in stored] == decoded, "binary COPY rows differ from the decoded ones"
+                    decoded = decode_batch(bodies[0])[0].table.slice(0, 3).to_pylist()
+                    assert [dict(r) for r in stored] == decoded, "binary COPY rows differ from the decoded ones"
                 await conn.close()
             await store.close()
         print(f"records: {N:,} per round (32 chunk times each), batches of {BATCH}, {ROUNDS} rounds")
@@ -285,8 +304,12 @@ async def main() -> None:
             per_record_us = (time.perf_counter() - t0) / 20_000 * 1e6
             print(f"decoding alone, {form.__name__} ({form.SCHEMA}): {per_record_us:.2f} us a record")
         print(
-            f"baseline, COPY alone from memory: median {statistics.median(copy_rates):,.0f} records/s; rounds: "
-            + ", ".join(f"{r:,.0f}" for r in copy_rates)
+            f"the reporter's writer alone from memory (Arrow tables, ADBC's COPY): median "
+            f"{statistics.median(writer_rates):,.0f} records/s; rounds: " + ", ".join(f"{r:,.0f}" for r in writer_rates)
+        )
+        print(
+            f"baseline, asyncpg's COPY alone of Python tuples from memory (the reporter's writer before): median "
+            f"{statistics.median(copy_rates):,.0f} records/s; rounds: " + ", ".join(f"{r:,.0f}" for r in copy_rates)
         )
         print(
             "baseline, COPY alone into the previous schema (a primary key over run, job and request ids): median "

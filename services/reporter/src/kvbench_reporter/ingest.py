@@ -9,7 +9,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import orjson
+import pyarrow as pa
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import (
@@ -25,8 +27,16 @@ from kvbench_contracts.events import (
     RunSubmitted,
     split_binary_records,
 )
-from kvbench_contracts.records import COUNTS_TYPECODE, OFFSETS_TYPECODE, PACKED_COLUMNS, TIMES_TYPECODE, chunk_size
+from kvbench_contracts.records import (
+    COUNTS_TYPECODE,
+    OFFSETS_TYPECODE,
+    PACKED_COLUMNS,
+    RECORD_COLUMNS,
+    TIMES_TYPECODE,
+    chunk_size,
+)
 from kvbench_contracts.registry import messages_in
+from kvbench_reporter.record_tables import chunk_column, per_record_chunks, records_table
 from kvbench_reporter.store import Conn, RecordBatch, Store
 
 __all__ = ["CONTROL_MODELS", "Ingestor"]
@@ -37,24 +47,23 @@ CONTROL_MODELS: tuple[type[Envelope], ...] = messages_in("KVBENCH_CONTROL")
 OnRunFinished = Callable[[str], Awaitable[None]]
 
 _TIME_BYTES, _TOKEN_BYTES = chunk_size(TIMES_TYPECODE), chunk_size(COUNTS_TYPECODE)
-
-
-def _opt(value: object, kind: type) -> object:
-    return None if value is None else kind(value)
+_OFFSET_BYTES = struct.calcsize("<" + OFFSETS_TYPECODE)
+_CHUNKS = ("chunk_times_s", "chunk_tokens")
 
 
 def decode_batch(body: bytes) -> tuple[RecordBatch, datetime]:
-    """A record batch body (packed or one JSON object per record) as its COPY rows in RECORD_COLUMNS order, keyed by
-    the message's event id, and when it was sent; raises on anything that is not one."""
+    """A record batch body (packed or one JSON object per record) as its stored rows (an Arrow table in
+    RECORD_COLUMNS order), keyed by the message's event id, and when it was sent; raises on anything that is not
+    one, or that holds a value the table would refuse."""
     if b"\n" in body:  # a JSON head line, then the arrays: the binary form (compact JSON has no raw newline)
         head, *arrays = split_binary_records(body, orjson.loads)
         if head.get("schema") != RecordsBinary.SCHEMA:
             raise ValueError(f"not a records batch: {head.get('schema')!r}")
-        return _packed_rows(head, *arrays)
+        return _packed_table(head, *arrays)
     raw = orjson.loads(body)
     schema = raw.get("schema")
     if schema == RecordsPacked.SCHEMA:
-        return _packed_rows(
+        return _packed_table(
             raw,
             base64.b64decode(raw["chunk_offsets"]),
             base64.b64decode(raw["chunk_times"]),
@@ -63,78 +72,39 @@ def decode_batch(body: bytes) -> tuple[RecordBatch, datetime]:
     if schema != RecordsBatch.SCHEMA:
         raise ValueError(f"not a records batch: {schema!r}")
     run_id, event_id = str(raw["run_id"]), str(raw["event_id"])
-    rows: list[tuple[object, ...]] = []
-    for r in raw["records"]:
-        times = r.get("chunk_times_s") or []
-        tokens = r.get("chunk_tokens") or []
-        rows.append(
-            (
-                str(r["job_id"]),
-                str(r["request_id"]),
-                run_id,
-                str(r["workload"]),
-                _opt(r.get("session_id"), str),
-                _opt(r.get("turn"), int),
-                float(r["start_s"]),
-                _opt(r.get("ttft_s"), float),
-                _opt(r.get("e2e_s"), float),
-                struct.pack(f"<{len(times)}{TIMES_TYPECODE}", *times),
-                struct.pack(f"<{len(tokens)}{COUNTS_TYPECODE}", *tokens),
-                int(r.get("prompt_tokens", 0)),
-                int(r.get("output_tokens", 0)),
-                _opt(r.get("cached_tokens"), int),
-                bool(r["ok"]),
-                _opt(r.get("error"), str),
-                _opt(r.get("shard"), str),
-                _opt(r.get("connect_s"), float),
-            )
-        )
-    jobs = {row[0] for row in rows}
+    records = raw["records"]
+    columns: dict[str, Sequence[object] | pa.Array] = {
+        name: [r.get(name) for r in records] for name in RECORD_COLUMNS if name not in _CHUNKS
+    }
+    columns["run_id"] = [run_id] * len(records)
+    for name, default in (("prompt_tokens", 0), ("output_tokens", 0)):
+        columns[name] = [r.get(name, default) for r in records]
+    columns["chunk_times_s"], columns["chunk_tokens"] = per_record_chunks(
+        [r.get("chunk_times_s") or [] for r in records], [r.get("chunk_tokens") or [] for r in records]
+    )
+    table = records_table(columns, len(records))
+    jobs = set(table.column("job_id").to_pylist())
     job_id = str(jobs.pop()) if len(jobs) == 1 else None
-    return RecordBatch(event_id, run_id, job_id, rows), datetime.fromisoformat(str(raw["occurred_at"]))
+    return RecordBatch(event_id, run_id, job_id, table), datetime.fromisoformat(str(raw["occurred_at"]))
 
 
-def _packed_rows(raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: bytes) -> tuple[RecordBatch, datetime]:
-    """COPY rows from a packed batch's columns (either form) and its chunk arrays' bytes."""
+def _packed_table(raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: bytes) -> tuple[RecordBatch, datetime]:
+    """The stored rows of a packed batch (either form): its per-record lists as columns, its chunk arrays' bytes as
+    the two binary columns over the same buffers."""
     run_id, job_id, shard, event_id = str(raw["run_id"]), str(raw["job_id"]), str(raw["shard"]), str(raw["event_id"])
     count = len(raw["request_id"])
-    offsets = struct.unpack(f"<{count + 1}{OFFSETS_TYPECODE}", offsets_b)
-    if len(times) != _TIME_BYTES * offsets[-1] or len(tokens) != _TOKEN_BYTES * offsets[-1]:
-        raise ValueError("packed chunk arrays do not match their offsets")
-    if not raw.get("connect_s"):  # a producer older than the field
-        raw["connect_s"] = [None] * count
-    columns = [raw[name] for name in PACKED_COLUMNS]
-    if any(len(column) != count for column in columns):
-        raise ValueError("packed columns differ in length")
-    # refused here, as poison: a NULL reaching the COPY would fail every other batch fetched with this one
-    if None in raw["request_id"] or None in raw["workload"] or None in raw["ok"]:
-        raise ValueError("a record without its request id, workload or ok flag")
-    rows: list[tuple[object, ...]] = [
-        (
-            job_id,
-            rid,
-            run_id,
-            workload,
-            session,
-            turn,
-            float(start),
-            ttft,
-            e2e,
-            times[_TIME_BYTES * a : _TIME_BYTES * b],
-            tokens[_TOKEN_BYTES * a : _TOKEN_BYTES * b],
-            int(prompt),
-            int(output),
-            cached,
-            bool(ok),
-            error,
-            shard,
-            connect,
-        )
-        for rid, workload, session, turn, start, ttft, e2e, prompt, output, cached, ok, error, connect, a, b in zip(
-            *columns, offsets[:-1], offsets[1:], strict=True
-        )
-    ]
-    return RecordBatch(event_id, run_id, job_id, rows), datetime.fromisoformat(str(raw["occurred_at"]))
+    if len(offsets_b) != (count + 1) * _OFFSET_BYTES:
+        raise ValueError("packed chunk offsets do not match the records")
+    offsets = np.frombuffer(offsets_b, dtype="<" + OFFSETS_TYPECODE)
+    columns: dict[str, Sequence[object] | pa.Array] = {
+        name: raw[name] for name in PACKED_COLUMNS if name != "connect_s"
+    }
+    columns["connect_s"] = raw.get("connect_s") or [None] * count  # a producer older than the field sends none
+    columns["job_id"], columns["run_id"], columns["shard"] = [job_id] * count, [run_id] * count, [shard] * count
+    columns["chunk_times_s"] = chunk_column(offsets, times, _TIME_BYTES)
+    columns["chunk_tokens"] = chunk_column(offsets, tokens, _TOKEN_BYTES)
+    table = records_table(columns, count)
+    return RecordBatch(event_id, run_id, job_id, table), datetime.fromisoformat(str(raw["occurred_at"]))
 
 
 class Ingestor:
@@ -269,7 +239,7 @@ class Ingestor:
             )
 
     def prepare_records(self, bodies: list[bytes]) -> tuple[list[RecordBatch], list[int], datetime | None]:
-        """Stage one of the hot path (CPU, no shared state: it runs in a thread): bodies to batches of COPY rows,
+        """Stage one of the hot path (CPU, no shared state: it runs in a thread): bodies to batches of stored rows,
         the indices of poison bodies, and when the newest batch was sent."""
         batches: list[RecordBatch] = []
         poison: list[int] = []
@@ -277,7 +247,7 @@ class Ingestor:
         for index, body in enumerate(bodies):
             try:
                 batch, occurred_at = decode_batch(body)
-            except (KeyError, TypeError, ValueError, struct.error, orjson.JSONDecodeError):
+            except (KeyError, TypeError, ValueError, struct.error, orjson.JSONDecodeError, pa.ArrowException):
                 poison.append(index)
                 continue
             batches.append(batch)
@@ -291,7 +261,7 @@ class Ingestor:
         self.rows_stored += stored
 
     async def records_raw(self, bodies: list[bytes]) -> list[int]:
-        """The hot path: record batches decoded with orjson straight into COPY rows (no object per record).
+        """The hot path: record batches decoded with orjson straight into Arrow columns (no object per record).
         Returns the indices of bodies that are not record batches (poison)."""
         batches, poison, newest = self.prepare_records(bodies)
         if newest is not None:

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
+import queue
+import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, TypeAlias
 
+import adbc_driver_postgresql.dbapi as adbc_pg
 import asyncpg
+import pyarrow as pa
 from asyncpg.pool import PoolConnectionProxy
 
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import EngineSampled
 from kvbench_contracts.fabric import NicSampled, SwitchSampled, SwitchUnread
 from kvbench_contracts.records import RECORD_COLUMNS, RequestRecord
-from kvbench_core.columns import Columns, pack_floats, pack_ints, unpack_floats, unpack_ints
+from kvbench_core.columns import Columns, unpack_floats, unpack_ints
+from kvbench_reporter.record_tables import requests_table
 
-__all__ = ["Conn", "RecordBatch", "Store", "apply_migrations", "record_rows"]
+__all__ = ["Conn", "RecordBatch", "RecordWriter", "Store", "apply_migrations"]
 
 # a plain connection or one borrowed from the pool: both run the same queries
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -27,39 +34,75 @@ Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyn
 
 @dataclass(frozen=True, slots=True)
 class RecordBatch:
-    """One message's records as COPY rows: the unit a redelivery repeats (its event id is the message's)."""
+    """One message's records as stored rows: the unit a redelivery repeats (its event id is the message's)."""
 
     event_id: str
     run_id: str
     job_id: str | None
-    rows: list[tuple[object, ...]]
+    table: pa.Table  # RECORD_SCHEMA (kvbench_reporter.record_tables)
 
 
-def record_rows(run_id: str, records: Sequence[RequestRecord]) -> list[tuple[object, ...]]:
-    """Records as rows in RECORD_COLUMNS order, for COPY (chunk arrays packed as bytea)."""
-    return [
-        (
-            r.job_id,
-            r.request_id,
-            run_id,
-            r.workload,
-            r.session_id,
-            r.turn,
-            r.start_s,
-            r.ttft_s,
-            r.e2e_s,
-            pack_floats(r.chunk_times_s),
-            pack_ints(r.chunk_tokens),
-            r.prompt_tokens,
-            r.output_tokens,
-            r.cached_tokens,
-            r.ok,
-            r.error,
-            r.shard,
-            r.connect_s,
-        )
-        for r in records
-    ]
+# one statement claims a whole fetched group's event ids: the group travels as one JSON parameter (never as SQL text)
+_CLAIM = (
+    "INSERT INTO record_batches (event_id, run_id, job_id, records) "
+    "SELECT event_id, run_id, job_id, records FROM jsonb_to_recordset($1::jsonb) "
+    "AS claim(event_id text, run_id text, job_id text, records integer) "
+    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+)
+
+
+class RecordWriter:
+    """Writes record batches through ADBC's PostgreSQL driver (libpq, and a binary COPY built in C++ from the Arrow
+    tables with the GIL released): the claim of the batches' event ids and the COPY of the rows claimed, in one
+    transaction. Blocking: called in a worker thread. Up to ``connections`` writes at once, each on a connection
+    of its own; a connection that failed is closed, not reused."""
+
+    def __init__(self, dsn: str, connections: int = 2) -> None:
+        self._dsn = dsn
+        self._idle: queue.LifoQueue[adbc_pg.Connection] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(connections)
+
+    def write(self, batches: Sequence[RecordBatch]) -> int:
+        with self._slots:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                conn = adbc_pg.connect(self._dsn)
+            try:
+                stored = self._write(conn, batches)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+                with contextlib.suppress(Exception):
+                    conn.close()
+                raise
+            self._idle.put(conn)
+            return stored
+
+    @staticmethod
+    def _write(conn: adbc_pg.Connection, batches: Sequence[RecordBatch]) -> int:
+        claims = [
+            {"event_id": b.event_id, "run_id": b.run_id, "job_id": b.job_id, "records": b.table.num_rows}
+            for b in batches
+        ]
+        with conn.cursor() as cursor:
+            cursor.execute(_CLAIM, (json.dumps(claims),))
+            new = {row[0] for row in cursor.fetchall()}
+            tables = [b.table for b in batches if b.event_id in new]
+            stored = int(sum(t.num_rows for t in tables))
+            if stored:
+                cursor.adbc_ingest("request_records", pa.concat_tables(tables), mode="append")
+        conn.commit()
+        return stored
+
+    def close(self) -> None:
+        while True:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 def _migrations() -> list[tuple[int, str]]:
@@ -102,18 +145,20 @@ def _ids(event: Envelope) -> tuple[str | None, str | None, str | None]:
 
 
 class Store:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, records: RecordWriter) -> None:
         self.pool = pool
+        self.record_writer = records
 
     @classmethod
     async def open(cls, dsn: str) -> Store:
         pool = await asyncpg.create_pool(dsn, min_size=1, max_size=8)
         async with pool.acquire() as conn:
             await apply_migrations(conn)
-        return cls(pool)
+        return cls(pool, RecordWriter(dsn))
 
     async def close(self) -> None:
         await self.pool.close()
+        await asyncio.to_thread(self.record_writer.close)
 
     # -- writes -------------------------------------------------------------------------------
     async def insert_events(self, conn: Conn, events: Sequence[Envelope]) -> None:
@@ -146,33 +191,16 @@ class Store:
             batch_id = f"records:{digest.hexdigest()[:32]}"
         job_ids = {r.job_id for r in records}
         job_id = job_ids.pop() if len(job_ids) == 1 else None
-        return await self.insert_batches([RecordBatch(batch_id, run_id, job_id, record_rows(run_id, records))])
+        return await self.insert_batches([RecordBatch(batch_id, run_id, job_id, requests_table(run_id, records))])
 
     async def insert_batches(self, batches: Sequence[RecordBatch]) -> int:
         """One transaction: claim each batch's event id, then one COPY of the rows of the batches claimed now. A
         redelivered batch (its id already stored, or claimed by another reporter that is committing it) adds no
         rows. Returns the rows stored."""
-        unique = list({b.event_id: b for b in batches if b.rows}.values())
+        unique = list({b.event_id: b for b in batches if b.table.num_rows}.values())
         if not unique:
             return 0
-        async with self.pool.acquire() as conn, conn.transaction():
-            claimed = await conn.fetch(
-                "INSERT INTO record_batches (event_id, run_id, job_id, records) "
-                "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) "
-                "ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
-                [b.event_id for b in unique],
-                [b.run_id for b in unique],
-                [b.job_id for b in unique],
-                [len(b.rows) for b in unique],
-            )
-            new = {r["event_id"] for r in claimed}
-            if len(new) == len(unique) and len(unique) == 1:
-                rows = unique[0].rows
-            else:
-                rows = [row for b in unique if b.event_id in new for row in b.rows]
-            if rows:
-                await conn.copy_records_to_table("request_records", records=rows, columns=RECORD_COLUMNS)
-        return len(rows)
+        return await asyncio.to_thread(self.record_writer.write, unique)
 
     async def insert_engine_samples(self, samples: Sequence[EngineSampled]) -> None:
         async with self.pool.acquire() as conn:

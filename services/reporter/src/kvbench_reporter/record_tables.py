@@ -1,0 +1,105 @@
+"""Request records as Arrow tables in the stored row's shape: what the reporter COPYs into ``request_records``.
+
+Arrow, because its columns are built in C from the packed batch's lists and its chunk arrays are the batch's own
+bytes (a binary column over the same buffer, no slice per record), and ADBC's PostgreSQL driver turns a table into
+PostgreSQL's binary COPY in C++ with the GIL released (issue 18: the Python tuple per row and asyncpg's encoding of
+it were the reporter's largest cost per record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kvbench_contracts.records import COUNTS_TYPECODE, RECORD_COLUMNS, TIMES_TYPECODE, RequestRecord, chunk_size
+from kvbench_core.columns import F8, I4
+
+__all__ = ["RECORD_SCHEMA", "chunk_column", "records_table", "requests_table"]
+
+_TYPES: dict[str, pa.DataType] = {
+    "job_id": pa.string(),
+    "request_id": pa.string(),
+    "run_id": pa.string(),
+    "workload": pa.string(),
+    "session_id": pa.string(),
+    "turn": pa.int32(),
+    "start_s": pa.float64(),
+    "ttft_s": pa.float64(),
+    "e2e_s": pa.float64(),
+    "chunk_times_s": pa.large_binary(),  # float64 little-endian, one per chunk (the column is bytea)
+    "chunk_tokens": pa.large_binary(),  # int32 little-endian, aligned with chunk_times_s
+    "prompt_tokens": pa.int32(),
+    "output_tokens": pa.int32(),
+    "cached_tokens": pa.int32(),
+    "ok": pa.bool_(),
+    "error": pa.string(),
+    "shard": pa.string(),
+    "connect_s": pa.float64(),
+}
+# the table's NOT NULL columns (migrations/001_init.sql): a NULL there would fail the COPY of every batch written
+# with it, so a batch holding one is refused where it is built
+_REQUIRED = frozenset(
+    {"job_id", "request_id", "run_id", "workload", "start_s", "chunk_times_s", "chunk_tokens", "prompt_tokens",
+     "output_tokens", "ok"}
+)  # fmt: skip
+RECORD_SCHEMA = pa.schema([pa.field(name, _TYPES[name], nullable=name not in _REQUIRED) for name in RECORD_COLUMNS])
+
+_TIME_BYTES, _TOKEN_BYTES = chunk_size(TIMES_TYPECODE), chunk_size(COUNTS_TYPECODE)
+
+
+def chunk_column(offsets: np.ndarray, data: bytes, item_bytes: int) -> pa.Array:
+    """A binary column over ``data`` (no copy): record i's value is items ``offsets[i]:offsets[i+1]``. Raises
+    ValueError unless the offsets start at 0, never decrease and end at the data's last item."""
+    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or int(offsets[-1]) * item_bytes != len(data):
+        raise ValueError("packed chunk arrays do not match their offsets")
+    if np.any(np.diff(offsets) < 0):
+        raise ValueError("packed chunk offsets decrease")
+    byte_offsets = pa.py_buffer(np.ascontiguousarray(offsets, dtype="<i8") * item_bytes)
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, byte_offsets, pa.py_buffer(data)])
+
+
+def records_table(columns: Mapping[str, Sequence[object] | pa.Array], count: int) -> pa.Table:
+    """The stored rows from one value list (or array) per column of RECORD_COLUMNS, ``count`` long each. Raises
+    ValueError (or TypeError) on a value of the wrong type, a column of another length, or a NULL where the table
+    has NOT NULL."""
+    arrays = []
+    for field in RECORD_SCHEMA:
+        values = columns[field.name]
+        array = values if isinstance(values, pa.Array) else pa.array(values, type=field.type)
+        if len(array) != count:
+            raise ValueError(f"column {field.name} has {len(array)} values for {count} records")
+        if not field.nullable and array.null_count:
+            raise ValueError(f"a record without its {field.name}")
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+def _packed(lists: Sequence[Sequence[float] | Sequence[int]], dtype: np.dtype[Any]) -> tuple[np.ndarray, bytes]:
+    lengths = np.fromiter((len(v) for v in lists), dtype=np.int64, count=len(lists))
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    flat = [x for v in lists for x in v]
+    return offsets, np.asarray(flat, dtype=dtype).tobytes()
+
+
+def per_record_chunks(times: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]]) -> tuple[pa.Array, pa.Array]:
+    """The two chunk columns from one list of chunk times and one of token counts per record."""
+    t_offsets, t_data = _packed(times, F8)
+    k_offsets, k_data = _packed(tokens, I4)
+    return chunk_column(t_offsets, t_data, _TIME_BYTES), chunk_column(k_offsets, k_data, _TOKEN_BYTES)
+
+
+def requests_table(run_id: str, records: Sequence[RequestRecord]) -> pa.Table:
+    """Records outside a message (an import, a test) as stored rows."""
+    columns: dict[str, Sequence[object] | pa.Array] = {
+        name: [getattr(r, name) for r in records]
+        for name in RECORD_COLUMNS
+        if name not in ("run_id", "chunk_times_s", "chunk_tokens")
+    }
+    columns["run_id"] = [run_id] * len(records)
+    columns["chunk_times_s"], columns["chunk_tokens"] = per_record_chunks(
+        [r.chunk_times_s for r in records], [r.chunk_tokens for r in records]
+    )
+    return records_table(columns, len(records))
