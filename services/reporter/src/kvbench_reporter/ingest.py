@@ -28,15 +28,12 @@ from kvbench_contracts.events import (
     split_binary_records,
 )
 from kvbench_contracts.records import (
-    COUNTS_TYPECODE,
     OFFSETS_TYPECODE,
     PACKED_COLUMNS,
     RECORD_COLUMNS,
-    TIMES_TYPECODE,
-    chunk_size,
 )
 from kvbench_contracts.registry import messages_in
-from kvbench_reporter.record_tables import chunk_column, per_record_chunks, records_table
+from kvbench_reporter.record_tables import chunk_columns, per_record_chunks, records_table
 from kvbench_reporter.store import Conn, RecordBatch, Store
 
 __all__ = ["CONTROL_MODELS", "Ingestor"]
@@ -46,7 +43,6 @@ CONTROL_MODELS: tuple[type[Envelope], ...] = messages_in("KVBENCH_CONTROL")
 
 OnRunFinished = Callable[[str], Awaitable[None]]
 
-_TIME_BYTES, _TOKEN_BYTES = chunk_size(TIMES_TYPECODE), chunk_size(COUNTS_TYPECODE)
 _OFFSET_BYTES = struct.calcsize("<" + OFFSETS_TYPECODE)
 _CHUNKS = ("chunk_times_s", "chunk_tokens")
 
@@ -101,8 +97,7 @@ def _packed_table(raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: b
     }
     columns["connect_s"] = raw.get("connect_s") or [None] * count  # a producer older than the field sends none
     columns["job_id"], columns["run_id"], columns["shard"] = [job_id] * count, [run_id] * count, [shard] * count
-    columns["chunk_times_s"] = chunk_column(offsets, times, _TIME_BYTES)
-    columns["chunk_tokens"] = chunk_column(offsets, tokens, _TOKEN_BYTES)
+    columns["chunk_times_s"], columns["chunk_tokens"] = chunk_columns(offsets, times, tokens)
     table = records_table(columns, count)
     return RecordBatch(event_id, run_id, job_id, table), datetime.fromisoformat(str(raw["occurred_at"]))
 

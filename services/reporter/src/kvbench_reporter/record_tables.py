@@ -17,7 +17,7 @@ import pyarrow as pa
 from kvbench_contracts.records import COUNTS_TYPECODE, RECORD_COLUMNS, TIMES_TYPECODE, RequestRecord, chunk_size
 from kvbench_core.columns import F8, I4
 
-__all__ = ["RECORD_SCHEMA", "chunk_column", "records_table", "requests_table"]
+__all__ = ["RECORD_SCHEMA", "chunk_column", "chunk_columns", "per_record_chunks", "records_table", "requests_table"]
 
 _TYPES: dict[str, pa.DataType] = {
     "job_id": pa.string(),
@@ -82,6 +82,11 @@ def _packed(lists: Sequence[Sequence[float] | Sequence[int]], dtype: np.dtype[An
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     flat = [x for v in lists for x in v]
     return offsets, np.asarray(flat, dtype=dtype).tobytes()
+
+
+def chunk_columns(offsets: np.ndarray, times: bytes, tokens: bytes) -> tuple[pa.Array, pa.Array]:
+    """The two chunk columns of a packed batch: its times and token counts, split by the same offsets."""
+    return chunk_column(offsets, times, _TIME_BYTES), chunk_column(offsets, tokens, _TOKEN_BYTES)
 
 
 def per_record_chunks(times: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]]) -> tuple[pa.Array, pa.Array]:
