@@ -295,6 +295,28 @@ def test_trtllm_configs_use_only_fields_tensorrt_llm_defines(stack: str) -> None
             assert config["kv_connector_config"]["connector"] in known["connector_presets"]
 
 
+@pytest.mark.parametrize("stack", sorted(s for s in RECIPES if s.startswith("trtllm")))
+def test_trtllm_serve_lines_use_only_options_every_release_takes(stack: str) -> None:
+    """No TensorRT-LLM release is conformance-checked, so a plan may name any image: each `trtllm-serve` option
+    a recipe passes must be one every release's click command declares (tools/conformance/recorded/trtllm.toml).
+    `--config` is refused by 1.0 and 1.1 images ("No such option"); `--extra_llm_api_options` is taken by all."""
+    import tomllib  # noqa: PLC0415
+
+    serve = tomllib.loads(TRTLLM_RECORDED.read_text())["serve"]
+    seen = 0
+    for procs in render(context(stack)).values():
+        for process in procs:
+            if process.argv[0] != "trtllm-serve":
+                continue
+            seen += 1
+            options = {a for a in process.argv if a.startswith("-")}
+            allowed = serve["disaggregated_options_every_release"] if "disaggregated" in process.argv else []
+            allowed = allowed or serve["options_every_release"]
+            assert options <= set(allowed), (process.name, options - set(allowed))
+            assert not options & set(serve["options_newer_only"]), process.name
+    assert seen
+
+
 @pytest.mark.parametrize("stack", ["sglang-hicache-mooncake", "sglang-pd-decode-offload"])
 def test_sglang_mooncake_engines_say_where_other_machines_reach_their_segment(stack: str) -> None:
     """SGLang's Mooncake client advertises localhost unless told (its MooncakeStoreConfig default): each engine's

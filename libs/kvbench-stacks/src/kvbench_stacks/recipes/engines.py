@@ -116,7 +116,8 @@ def trtllm(ctx: RenderContext, slot: EngineSlot, config: dict[str, Any]) -> Proc
         "pytorch",
         "--tp_size",
         str(ctx.engine.tensor_parallel_size),
-        "--config",
+        # every release takes --extra_llm_api_options; its alias --config exists only from 1.2 (recorded/trtllm.toml)
+        "--extra_llm_api_options",
         f"{{run_dir}}/{name}.yml",
         *user_args(ctx.engine.args),
     ]
