@@ -317,6 +317,27 @@ def test_trtllm_serve_lines_use_only_options_every_release_takes(stack: str) -> 
     assert seen
 
 
+def test_trtllm_disaggregated_config_is_what_its_loader_reads() -> None:
+    """`trtllm-serve disaggregated -c`: every top-level key is one extract_disagg_cfg names or an LLM argument it
+    hands to both sections, and each section's urls are host:port, as many as num_instances (its own checks)."""
+    import tomllib  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    recorded = tomllib.loads(TRTLLM_RECORDED.read_text())["disagg_config"]
+    routers = [p for procs in render(context("trtllm-pd-nixl")).values() for p in procs if "disaggregated" in p.argv]
+    assert len(routers) == 1
+    config = yaml.safe_load(routers[0].files["disagg.yaml"])
+    assert set(config) <= {*recorded["top_level"], *recorded["inherited_llm_args"]}, config
+    for section in ("context_servers", "generation_servers"):
+        servers = config[section]
+        assert set(servers) <= set(recorded["server_section"]), servers
+        assert len(servers["urls"]) == servers["num_instances"] > 0
+        for url in servers["urls"]:
+            host, port = url.split(":")
+            assert host and int(port) > 0
+
+
 @pytest.mark.parametrize("stack", ["sglang-hicache-mooncake", "sglang-pd-decode-offload"])
 def test_sglang_mooncake_engines_say_where_other_machines_reach_their_segment(stack: str) -> None:
     """SGLang's Mooncake client advertises localhost unless told (its MooncakeStoreConfig default): each engine's
