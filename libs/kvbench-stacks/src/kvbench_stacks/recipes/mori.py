@@ -26,7 +26,6 @@ from kvbench_stacks.recipes.servers import (
 @recipe("vllm-pd-mori")
 def vllm_pd_mori(ctx: RenderContext) -> Machines:  # stacks.md 6: vllm-router first
     slots = engine_slots(ctx, True)
-    discovery = f"{host_of(ctx, 0)}:{PORTS['mori_discovery']}"
 
     def build(s: EngineSlot) -> ProcessSpec:
         role = "kv_producer" if s.role == "prefill" else "kv_consumer"
@@ -69,12 +68,9 @@ def vllm_pd_mori(ctx: RenderContext) -> Machines:  # stacks.md 6: vllm-router fi
         "vllm-router",
         vllm_router_image(),
     )
-    router = router.model_copy(
-        update={
-            "ports": {**router.ports, "discovery": PORTS["mori_discovery"]},
-            "env": {"VLLM_DISCOVERY_ADDRESS": discovery},
-        }
-    )
+    # the router learns its discovery address from --vllm-discovery-address alone: its Rust binary reads no
+    # VLLM_DISCOVERY_ADDRESS (a variable set here did nothing; tools/conformance env names)
+    router = router.model_copy(update={"ports": {**router.ports, "discovery": PORTS["mori_discovery"]}})
     return head_first(place(slots, build), router)
 
 
