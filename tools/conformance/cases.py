@@ -37,6 +37,7 @@ _PROGRAMS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("lmcache", "server"), "lmcache"),
     (("vllm-router",), "vllm-router"),
     (("trtllm-serve",), "trtllm"),
+    (("mooncake_master",), "mooncake-master"),
 )
 
 

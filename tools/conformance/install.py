@@ -31,7 +31,7 @@ def load_spec() -> dict[str, dict[str, object]]:
         envs[name] = {
             "torch": common["torch"],
             # "cpu": the CPU wheel; "pypi": PyPI's own build with its CUDA libraries (they load without a GPU), for
-            # engines that import torchvision, whose PyPI build needs them
+            # engines that import torchvision, whose PyPI build needs them; "none": no torch at all
             "torch_build": env.get("torch_build", "cpu"),
             "with_torch": list(env.get("with_torch", [])),
             "no_deps": list(env.get("no_deps", [])),
@@ -81,10 +81,13 @@ def build(uv: str, name: str, env: dict[str, object]) -> None:
     run("venv", "--quiet", "--python", sys.executable, str(target))
     if env["torch_build"] == "pypi":
         run("pip", "install", "--quiet", "--python", py, f"torch=={env['torch']}", *map(str, env["with_torch"]))
+    elif env["torch_build"] == "none":  # a check that runs no engine Python (the Mooncake master's binary)
+        pass
     else:
         run("pip", "install", "--quiet", "--python", py, *torch_requirement(str(env["torch"])))
     run("pip", "install", "--quiet", "--python", py, "--no-deps", *map(str, env["no_deps"]))
-    run("pip", "install", "--quiet", "--python", py, *map(str, env["deps"]))
+    if env["deps"]:
+        run("pip", "install", "--quiet", "--python", py, *map(str, env["deps"]))
     stamp.write_text(digest)
     print(f"conformance env {name}: built in {time.monotonic() - started:.0f} s", flush=True)
 

@@ -37,6 +37,7 @@ SCRIPTS: dict[str, list[str]] = {
     "lmcache": ["lmcache_server.py"],
     "vllm-router": ["router.py", "vllm_router"],
     "sglang-router": ["router.py", "sglang_router"],
+    "mooncake-master": ["mooncake_master.py"],
 }
 _MISSING = re.compile(r"No module named '([^']+)'")
 
@@ -164,9 +165,11 @@ def metric_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
         prefix = (
             "lmcache" if engine == "lmcache" else f"{engine}:"
         )  # LMCache: lmcache:* and its MP server's lmcache_mp*
-        subprocess.run([sys.executable, str(CHECKS / "metric_names.py"), str(package), str(out), prefix],
-                       check=True)  # fmt: skip
+        wanted = sorted({w for r in reads_of(engine) for name, values in r.labels for w in (name, *values)})
+        subprocess.run([sys.executable, str(CHECKS / "metric_names.py"), str(package), str(out), prefix,
+                        ",".join(wanted)], check=True)  # fmt: skip
         found = json.loads(out.read_text())
+        held = set(found["held"])
         defined: dict[str, dict[str, object]] = found["defined"]
         names = set(defined) | set(found["mentioned"])
         patterns = [re.compile(p + "$") for p in found["patterns"]]
@@ -182,10 +185,58 @@ def metric_outcomes(env: str, checks: dict[str, str]) -> list[Outcome]:
                 error = f"{read.family} is defined by {engine} {version}: its `since` ({read.since}) is wrong"
             elif kind is not None and present and kind != read.kind:
                 error = f"{read.family} is a {kind} in {engine} {version}, read as a {read.kind}"
+            elif present and (unheld := [w for name, vs in read.labels for w in (name, *vs) if w not in held]):
+                # a label or value the normaliser selects by that the engine's source never writes: always absent
+                error = f"{read.family}: {engine} {version}'s source holds no {unheld} (labels {dict(read.labels)})"
             outcomes.append(Outcome(env, "metrics", version, f"{engine}/{read.family}", not error, error))
         passed = sum(o.ok for o in outcomes if o.case.startswith(engine))
         label = f"{engine} metrics"
         print(f"  {env:16} {label:14} {version:8} {passed:3}/{len(reads_of(engine)):<3} series read as defined")
+    return outcomes
+
+
+# the packages a program's process runs, by the name of their folder in site-packages: a variable its recipe sets must
+# be one of theirs (vLLM loads LMCache's connector in-process)
+_ENV_READERS: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm", "lmcache"),
+    "sglang": ("sglang",),
+    "lmcache": ("lmcache",),
+    "vllm-router": ("vllm_router",),
+    "sglang-router": ("sglang_router",),
+}
+
+
+def env_outcomes(env: str, checks: dict[str, str], all_cases: list[Case]) -> list[Outcome]:
+    """Every environment variable a process of an engine checked here sets must be one its own packages read (a
+    name their source holds: checks/env_names.py) or one recorded/env.toml says who reads; else it does nothing."""
+    outside = tomllib.loads((HERE / "recorded" / "env.toml").read_text())["outside"]
+    site = next((ENVS_DIR / env / "lib").glob("python3*/site-packages"))
+    folders = sorted({f for program, readers in _ENV_READERS.items() if program in checks for f in readers})
+    found_path = ENVS_DIR / "work" / env / "env_names.json"
+    found_path.parent.mkdir(parents=True, exist_ok=True)
+    # each package's folder and its compiled extensions beside it (vllm_router_rs.abi3.so)
+    paths = [p for f in folders for p in [site / f, *site.glob(f"{f}_*.so")] if p.exists()]
+    subprocess.run([sys.executable, str(CHECKS / "env_names.py"), str(found_path), *map(str, paths)], check=True)
+    read: dict[str, list[str]] = defaultdict(list)
+    for path, found in json.loads(found_path.read_text()).items():
+        read[path.split("_rs.", 1)[0].split(".", 1)[0]] += found
+    outcomes: list[Outcome] = []
+    for case in all_cases:
+        readers = _ENV_READERS.get(case.program, ())
+        if case.program not in checks or not case.env:
+            continue
+        known = {name for folder in readers for name in read.get(folder, [])}
+        unread = sorted(n for n in case.env if n not in known and n not in outside)
+        error = (
+            f"{', '.join(unread)}: set for {case.program}, read by neither {' nor '.join(readers)} "
+            f"{checks[case.program]} (nor recorded in recorded/env.toml): the setting does nothing"
+            if unread
+            else ""
+        )
+        outcomes.append(Outcome(env, "env", checks[case.program], case.id, not unread, error))
+    if outcomes:
+        print(f"  {env:16} {'env names':14} {'':8} {sum(o.ok for o in outcomes):3}/{len(outcomes):<3} processes set "
+              "only variables their engine reads")  # fmt: skip
     return outcomes
 
 
@@ -274,7 +325,12 @@ def main() -> int:
 
     def one_env(env: str) -> list[Outcome]:
         checks = dict(spec[env]["checks"])  # type: ignore[call-overload]
-        return run_env(env, checks, all_cases, known) + metric_outcomes(env, checks) + exporter_outcomes(env, checks)
+        return (
+            run_env(env, checks, all_cases, known)
+            + metric_outcomes(env, checks)
+            + exporter_outcomes(env, checks)
+            + env_outcomes(env, checks, all_cases)
+        )
 
     # each checker is one process that mostly imports an engine (CPU-bound, single-threaded): the environments run
     # side by side, as many at once as there are cores (KVBENCH_CONFORMANCE_JOBS to choose), each one's checks in

@@ -335,7 +335,8 @@ def test_trtllm_disaggregated_config_is_what_its_loader_reads() -> None:
         assert len(servers["urls"]) == servers["num_instances"] > 0
         for url in servers["urls"]:
             host, port = url.split(":")
-            assert host and int(port) > 0
+            assert host
+            assert int(port) > 0
 
 
 @pytest.mark.parametrize("stack", ["sglang-hicache-mooncake", "sglang-pd-decode-offload"])

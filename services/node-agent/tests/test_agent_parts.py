@@ -124,11 +124,16 @@ def test_trtllm_reads_are_families_tensorrt_llm_defines_with_their_types() -> No
     from kvbench_node_agent.engine_metrics import reads_of  # noqa: PLC0415
 
     recorded = Path(__file__).resolve().parents[3] / "tools" / "conformance" / "recorded" / "trtllm.toml"
-    families: dict[str, str] = tomllib.loads(recorded.read_text())["metrics"]["families"]
+    metrics = tomllib.loads(recorded.read_text())["metrics"]
+    families: dict[str, str] = metrics["families"]
     reads = reads_of("trtllm")
     assert reads
     for read in reads:
         assert families.get(read.family) == read.kind, (read.family, families.get(read.family), read.kind)
+        # the label values it is selected by: the tiers the collector writes (no wheel to scan, so recorded)
+        for name, values in read.labels:
+            assert name == "cache_tier"
+            assert set(values) <= set(metrics["cache_tiers"]), values
 
 
 def test_sglang_0_5_23s_own_exporter_text_reads_back_its_figures() -> None:

@@ -5,7 +5,10 @@ unit=UNIT)``, LMCache's MP server) are given under the name OpenTelemetry's Prom
 underscores and the unit is appended (``lmcache_mp.lookup_hit`` in tokens is ``lmcache_mp_lookup_hit_tokens``,
 exposed as ``..._total``).
 
-Usage: python metric_names.py PACKAGE_DIR RESULTS.json [PREFIX]   (PACKAGE_DIR: site-packages/vllm, ...)
+Also which of some wanted strings (label names and values the normaliser selects by) the package holds as string
+literals anywhere (an Enum's value, a labels() argument, a labelnames list).
+
+Usage: python metric_names.py PACKAGE_DIR RESULTS.json [PREFIX [WANTED,WANTED,...]]   (site-packages/vllm, ...)
 """
 
 from __future__ import annotations
@@ -126,13 +129,25 @@ def scan_otel(package: Path) -> dict[str, dict[str, object]]:
     return found
 
 
+def strings_held(package: Path, wanted: set[str]) -> list[str]:
+    held = {
+        node.value
+        for _, node in _nodes(package)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted
+    }
+    return sorted(held)
+
+
 def main() -> None:
     package, out = Path(sys.argv[1]), sys.argv[2]
     prefix = sys.argv[3] if len(sys.argv) > 3 else package.name + ":"
+    wanted = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[4] else set()
     names, patterns = mentioned(package, prefix)
     with open(out, "w") as f:
         defined = {**scan_otel(package), **scan(package)}
-        json.dump({"defined": defined, "mentioned": names, "patterns": patterns}, f, indent=1, sort_keys=True)
+        held = strings_held(package, wanted)
+        json.dump({"defined": defined, "mentioned": names, "patterns": patterns, "held": held}, f, indent=1,
+                  sort_keys=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 One place for the names: normalize.py reads through these, and the conformance suite (tools/conformance) checks each
 against the metric definitions in the engine's installed package, version by version (a name the engine does not
-define at a version it is claimed for, or a gauge read as a counter, fails it).
+define at a version it is claimed for, or a gauge read as a counter, fails it). The label values the normaliser
+selects a series by are declared here too (``labels``), and read only through ``MetricRead.label``: the suite checks
+that the engine's source holds each label and value, so a renamed one (vLLM's Mooncake store operations are
+``load_get``/``save_put``, never ``get``/``put``) fails it instead of reading as missing.
 """
 
 from __future__ import annotations
@@ -26,6 +29,18 @@ class MetricRead:
     kind: Kind
     use: str
     since: str | None = None  # the first checked version that defines it (older ones do not)
+    # label name -> the values the normaliser selects this series by
+    labels: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def label(self, name: str, value: str) -> dict[str, str]:
+        """The selector ``{name: value}`` for one of the declared label values (a value not declared is a bug
+        here, not a series that reads as absent)."""
+        if value not in dict(self.labels).get(name, ()):
+            raise KeyError(f"{self.family} declares no {name}={value!r}; add it to its labels")
+        return {name: value}
+
+    def label_values(self, name: str) -> tuple[str, ...]:
+        return dict(self.labels)[name]
 
     @property
     def total(self) -> str:
@@ -47,8 +62,15 @@ class MetricRead:
 READS: list[MetricRead] = []
 
 
-def _read(engine: str, family: str, kind: Kind, use: str, since: str | None = None) -> MetricRead:
-    read = MetricRead(engine, family, kind, use, since)
+def _read(
+    engine: str,
+    family: str,
+    kind: Kind,
+    use: str,
+    since: str | None = None,
+    labels: dict[str, tuple[str, ...]] | None = None,
+) -> MetricRead:
+    read = MetricRead(engine, family, kind, use, since, tuple((labels or {}).items()))
     READS.append(read)
     return read
 
@@ -63,9 +85,20 @@ VLLM_PROMPT = _read("vllm", "vllm:prompt_tokens", "counter", "prompt_tokens")
 # off each release's own source (0.25.1 to 0.33.0, tools/conformance/checks/metric_names.py); the suite checks them
 # against the versions it installs.
 VLLM_CACHED_BY_SOURCE = _read(
-    "vllm", "vllm:prompt_tokens_cached_by_source", "counter", "cache hits by tier", since="0.32.0"
+    "vllm",
+    "vllm:prompt_tokens_cached_by_source",
+    "counter",
+    "cache hits by tier",
+    since="0.32.0",
+    labels={"source": ("device", "host", "disk", "p2p", "external_unspecified")},  # vllm CacheHitSource
 )
-VLLM_BY_SOURCE = _read("vllm", "vllm:prompt_tokens_by_source", "counter", "local hits, connector hits, recompute")
+VLLM_BY_SOURCE = _read(
+    "vllm",
+    "vllm:prompt_tokens_by_source",
+    "counter",
+    "local hits, connector hits, recompute",
+    labels={"source": ("local_cache_hit", "external_kv_transfer", "local_compute")},
+)
 VLLM_PREFIX_HITS = _read("vllm", "vllm:prefix_cache_hits", "counter", "GPU prefix-cache hits (tokens)")
 VLLM_PREFIX_QUERIES = _read("vllm", "vllm:prefix_cache_queries", "counter", "tokens asked of the GPU prefix cache")
 VLLM_EXTERNAL_HITS = _read("vllm", "vllm:external_prefix_cache_hits", "counter", "connector hits (tokens)")
@@ -87,19 +120,36 @@ VLLM_MOONCAKE_BYTES = _read(
     "vllm", "vllm:mooncake_bytes_transferred", "histogram", "P/D bytes and transfers (Mooncake)", since="0.33.0"
 )
 # operations load_get / save_put (and save_exists / lookup_exists, which move no KV)
-VLLM_STORE_BYTES = _read("vllm", "vllm:mooncake_store_operation_bytes_total", "counter", "remote store bytes")
+VLLM_STORE_BYTES = _read(
+    "vllm",
+    "vllm:mooncake_store_operation_bytes_total",
+    "counter",
+    "remote store bytes",
+    labels={"operation": ("load_get", "save_put")},
+)
 VLLM_PREEMPTIONS = _read("vllm", "vllm:num_preemptions", "counter", "preemptions")
 VLLM_KV_USAGE = _read("vllm", "vllm:kv_cache_usage_perc", "gauge", "GPU KV usage")
 
 # SGLang (sglang/srt/observability/metrics_collector.py)
-SGLANG_CACHED = _read("sglang", "sglang:cached_tokens_total", "counter", "hits by cache_source device/host/storage")
+SGLANG_CACHED = _read(
+    "sglang",
+    "sglang:cached_tokens_total",
+    "counter",
+    "hits by cache_source device/host/storage",
+    labels={"cache_source": ("device", "host", "storage", "total")},
+)
 SGLANG_PROMPT = _read("sglang", "sglang:prompt_tokens_total", "counter", "prompt_tokens")
 SGLANG_LOAD_BACK = _read("sglang", "sglang:load_back_bytes_total", "counter", "bytes loaded back from host memory")
 SGLANG_BACKUP = _read("sglang", "sglang:hicache_backup_bytes_total", "counter", "bytes backed up to host memory")
 # HiCache in tokens (0.5.20 and 0.5.23): host -> GPU and GPU -> host by host pool (kv, swa, mamba: the kv pool is
 # read), host <-> storage (L3), GPU slots freed by eviction, and the host pool's use and capacity
-SGLANG_LOAD_BACK_TOKENS = _read("sglang", "sglang:load_back_tokens_total", "counter", "tokens host -> GPU, by pool")
-SGLANG_BACKUP_TOKENS = _read("sglang", "sglang:hicache_backup_tokens_total", "counter", "tokens GPU -> host, by pool")
+_KV_POOL: dict[str, tuple[str, ...]] = {"pool": ("kv",)}
+SGLANG_LOAD_BACK_TOKENS = _read(
+    "sglang", "sglang:load_back_tokens_total", "counter", "tokens host -> GPU, by pool", labels=_KV_POOL
+)
+SGLANG_BACKUP_TOKENS = _read(
+    "sglang", "sglang:hicache_backup_tokens_total", "counter", "tokens GPU -> host, by pool", labels=_KV_POOL
+)
 SGLANG_PREFETCHED = _read("sglang", "sglang:prefetched_tokens_total", "counter", "tokens storage (L3) -> host")
 SGLANG_STORED = _read("sglang", "sglang:backuped_tokens_total", "counter", "tokens host -> storage (L3)")
 SGLANG_EVICTED = _read("sglang", "sglang:evicted_tokens_total", "counter", "GPU KV slots freed by eviction")
@@ -116,7 +166,11 @@ SGLANG_TOKEN_USAGE = _read("sglang", "sglang:token_usage", "gauge", "GPU KV usag
 TRTLLM_PROMPT = _read("trtllm", "trtllm_prompt_tokens_total", "counter", "prompt_tokens")
 TRTLLM_CACHED = _read("trtllm", "trtllm_prompt_cached_tokens_total", "counter", "prompt tokens served from KV cache")
 TRTLLM_CACHED_BY_TIER = _read(
-    "trtllm", "trtllm_prompt_cache_hit_tokens_total", "counter", "the same by cache_level and cache_tier gpu/host/disk"
+    "trtllm",
+    "trtllm_prompt_cache_hit_tokens_total",
+    "counter",
+    "the same by cache_level and cache_tier gpu/host/disk",
+    labels={"cache_tier": ("gpu", "host", "disk")},
 )
 TRTLLM_BLOCKS_REUSED = _read("trtllm", "trtllm_kv_cache_reused_blocks", "counter", "KV cache blocks reused")
 TRTLLM_BLOCKS_MISSED = _read("trtllm", "trtllm_kv_cache_missed_blocks", "counter", "KV cache blocks missed")

@@ -63,16 +63,10 @@ def _as_float(text: str) -> float | None:
         return None
 
 
-def _pool_kv(samples: Samples, name: str) -> float | None:
+def _pool_kv(samples: Samples, read: m.MetricRead) -> float | None:
     """A series labelled by host pool: its kv pool, or the whole when it carries no pool label."""
-    kv = _sum(samples, name, pool="kv")
-    return kv if kv is not None else _sum(samples, name)
-
-
-def _sum_any(samples: Samples, name: str, *operations: str) -> float | None:
-    """The series summed over every ``operation`` label given; None when none is there."""
-    values = [v for op in operations if (v := _sum(samples, name, operation=op)) is not None]
-    return sum(values) if values else None
+    kv = _sum(samples, read.total, **read.label("pool", "kv"))
+    return kv if kv is not None else _sum(samples, read.total)
 
 
 def _first(samples: Samples, *candidates: tuple[str, dict[str, str]]) -> float | None:
@@ -97,8 +91,8 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
     out: Samples = {}
     prompt = _sum(s, m.VLLM_PROMPT.total)
     by_source = {
-        src: _sum(s, m.VLLM_CACHED_BY_SOURCE.total, source=src)
-        for src in ("device", "host", "disk", "p2p", "external_unspecified")
+        src: _sum(s, m.VLLM_CACHED_BY_SOURCE.total, **m.VLLM_CACHED_BY_SOURCE.label("source", src))
+        for src in m.VLLM_CACHED_BY_SOURCE.label_values("source")
     }
     if any(v is not None for v in by_source.values()):
         out["prompt_tokens_gpu"] = by_source["device"] or 0.0
@@ -106,7 +100,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         out["prompt_tokens_disk"] = by_source["disk"] or 0.0
         out["prompt_tokens_transferred"] = by_source["p2p"] or 0.0
         out["prompt_tokens_remote"] = by_source["external_unspecified"] or 0.0
-        transferred = _sum(s, m.VLLM_BY_SOURCE.total, source="external_kv_transfer")
+        transferred = _sum(s, m.VLLM_BY_SOURCE.total, **m.VLLM_BY_SOURCE.label("source", "external_kv_transfer"))
         if transferred is not None and not out["prompt_tokens_transferred"]:
             # the cache tiers are named by source: what none of them accounts for came from a prefill engine
             attributed = out["prompt_tokens_host"] + out["prompt_tokens_disk"] + out["prompt_tokens_remote"]
@@ -115,7 +109,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         out["prompt_tokens_gpu"] = (
             _first(
                 s,
-                (m.VLLM_BY_SOURCE.total, {"source": "local_cache_hit"}),
+                (m.VLLM_BY_SOURCE.total, m.VLLM_BY_SOURCE.label("source", "local_cache_hit")),
                 (m.VLLM_PREFIX_HITS.total, {}),
             )
             or 0.0
@@ -123,7 +117,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         # every token a KV connector brought (offload, LMCache, a shared store, a P/D transfer), in one counter
         brought = _first(
             s,
-            (m.VLLM_BY_SOURCE.total, {"source": "external_kv_transfer"}),
+            (m.VLLM_BY_SOURCE.total, m.VLLM_BY_SOURCE.label("source", "external_kv_transfer")),
             (m.VLLM_EXTERNAL_HITS.total, {}),
         )
         if brought:
@@ -141,7 +135,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
                 "prompt_tokens_external",
             )
         )
-        local = _sum(s, m.VLLM_BY_SOURCE.total, source="local_compute")
+        local = _sum(s, m.VLLM_BY_SOURCE.total, **m.VLLM_BY_SOURCE.label("source", "local_compute"))
         out["prompt_tokens_recomputed"] = local if local is not None else max(0.0, prompt - cached)
     _put(out, "kv_bytes_loaded_host", _sum(s, m.VLLM_OFFLOAD_LOAD.total))
     _put(out, "kv_bytes_stored_host", _sum(s, m.VLLM_OFFLOAD_STORE.total))
@@ -158,8 +152,9 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         _first(s, (m.VLLM_NIXL_BYTES.count, {}), (m.VLLM_MOONCAKE_BYTES.count, {})),
     )
     # vLLM labels the store's operations load_get / save_put (and save_exists / lookup_exists, which move no KV)
-    _put(out, "kv_bytes_loaded_remote", _sum_any(s, m.VLLM_STORE_BYTES.total, "load_get", "get"))
-    _put(out, "kv_bytes_stored_remote", _sum_any(s, m.VLLM_STORE_BYTES.total, "save_put", "put"))
+    store = m.VLLM_STORE_BYTES
+    _put(out, "kv_bytes_loaded_remote", _sum(s, store.total, **store.label("operation", "load_get")))
+    _put(out, "kv_bytes_stored_remote", _sum(s, store.total, **store.label("operation", "save_put")))
     _put(out, "prefix_cache_queries", _sum(s, m.VLLM_PREFIX_QUERIES.total))
     _put(out, "prefix_cache_hits", _sum(s, m.VLLM_PREFIX_HITS.total))
     _put(out, "external_cache_queries", _sum(s, m.VLLM_EXTERNAL_QUERIES.total))
@@ -176,11 +171,11 @@ def _sglang(s: Samples) -> Samples:
         ("host", "prompt_tokens_host"),
         ("storage", "prompt_tokens_remote"),
     ):
-        _put(out, key, _sum(s, m.SGLANG_CACHED.total, cache_source=src))
+        _put(out, key, _sum(s, m.SGLANG_CACHED.total, **m.SGLANG_CACHED.label("cache_source", src)))
     prompt = _sum(s, m.SGLANG_PROMPT.total)
     if prompt is not None:
         out["prompt_tokens"] = prompt
-        total = _sum(s, m.SGLANG_CACHED.total, cache_source="total")
+        total = _sum(s, m.SGLANG_CACHED.total, **m.SGLANG_CACHED.label("cache_source", "total"))
         cached = (
             total
             if total is not None
@@ -190,8 +185,8 @@ def _sglang(s: Samples) -> Samples:
     _put(out, "kv_bytes_loaded_host", _sum(s, m.SGLANG_LOAD_BACK.total))
     _put(out, "kv_bytes_stored_host", _sum(s, m.SGLANG_BACKUP.total))
     # by host pool: the kv pool's tokens (a hybrid model's swa or mamba pools hold the same tokens' other state)
-    _put(out, "kv_tokens_loaded_host", _pool_kv(s, m.SGLANG_LOAD_BACK_TOKENS.total))
-    _put(out, "kv_tokens_stored_host", _pool_kv(s, m.SGLANG_BACKUP_TOKENS.total))
+    _put(out, "kv_tokens_loaded_host", _pool_kv(s, m.SGLANG_LOAD_BACK_TOKENS))
+    _put(out, "kv_tokens_stored_host", _pool_kv(s, m.SGLANG_BACKUP_TOKENS))
     _put(out, "kv_tokens_loaded_remote", _sum(s, m.SGLANG_PREFETCHED.total))
     _put(out, "kv_tokens_stored_remote", _sum(s, m.SGLANG_STORED.total))
     _put(out, "kv_tokens_evicted", _sum(s, m.SGLANG_EVICTED.total))
@@ -206,6 +201,7 @@ def _sglang(s: Samples) -> Samples:
 
 
 _TRTLLM_TIERS = {"gpu": "prompt_tokens_gpu", "host": "prompt_tokens_host", "disk": "prompt_tokens_disk"}
+_TRTLLM_BY_TIER = m.TRTLLM_CACHED_BY_TIER
 
 
 def _trtllm(s: Samples) -> Samples:
@@ -213,7 +209,9 @@ def _trtllm(s: Samples) -> Samples:
     (``cache_tier`` gpu, host or disk; pages prefetched from disk to host count as host), else all of them as the
     GPU's; blocks reused and missed; bytes between GPU and host."""
     out: Samples = {}
-    by_tier = {tier: _sum(s, m.TRTLLM_CACHED_BY_TIER.total, cache_tier=tier) for tier in _TRTLLM_TIERS}
+    by_tier = {
+        tier: _sum(s, _TRTLLM_BY_TIER.total, **_TRTLLM_BY_TIER.label("cache_tier", tier)) for tier in _TRTLLM_TIERS
+    }
     if any(v is not None for v in by_tier.values()):
         for tier, key in _TRTLLM_TIERS.items():
             out[key] = by_tier[tier] or 0.0
