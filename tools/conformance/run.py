@@ -240,6 +240,51 @@ def env_outcomes(env: str, checks: dict[str, str], all_cases: list[Case]) -> lis
     return outcomes
 
 
+def _extra_config_keys(value: object) -> set[str]:
+    """Every key of a connector's extra config, nested dicts and lists of dicts included (a MultiConnector's
+    connectors, the offloading connector's secondary tiers)."""
+    if isinstance(value, dict):
+        return {str(k) for k in value} | {k for v in value.values() for k in _extra_config_keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _extra_config_keys(v)}
+    return set()
+
+
+def extra_config_outcomes(env: str, checks: dict[str, str], all_cases: list[Case]) -> list[Outcome]:
+    """Every key of every rendered `--kv-transfer-config`'s kv_connector_extra_config must be one vLLM (or LMCache,
+    whose connector it loads) can read: a string its source holds or a parameter it takes (checks/keys_held.py).
+    vLLM validates the JSON's top level, never the connectors' extra keys, which they read with .get."""
+    version = checks.get("vllm")
+    if version is None:
+        return []
+    by_case: dict[str, set[str]] = {}
+    for case in all_cases:
+        if case.program == "vllm" and "--kv-transfer-config" in case.argv:
+            config = json.loads(case.argv[case.argv.index("--kv-transfer-config") + 1])
+            by_case[case.id] = _extra_config_keys(config.get("kv_connector_extra_config") or {})
+    wanted = sorted({k for keys in by_case.values() for k in keys})
+    work = ENVS_DIR / "work" / env
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "extra_keys.wanted.json").write_text(json.dumps(wanted))
+    site = next((ENVS_DIR / env / "lib").glob("python3*/site-packages"))
+    packages = [str(site / p) for p in ("vllm", "lmcache") if (site / p).is_dir()]
+    subprocess.run([sys.executable, str(CHECKS / "keys_held.py"), str(work / "extra_keys.wanted.json"),
+                    str(work / "extra_keys.json"), *packages], check=True)  # fmt: skip
+    held = set(json.loads((work / "extra_keys.json").read_text()))
+    outcomes = []
+    for case_id, keys in sorted(by_case.items()):
+        unread = sorted(keys - held)
+        error = (
+            f"kv_connector_extra_config keys {unread}: read by no code of vLLM {version} or its LMCache"
+            if unread
+            else ""
+        )
+        outcomes.append(Outcome(env, "extra-config", version, case_id, not unread, error))
+    print(f"  {env:16} {'extra config':14} {version:8} {sum(o.ok for o in outcomes):3}/{len(outcomes):<3} "
+          "connector configs hold only keys the engine reads")  # fmt: skip
+    return outcomes
+
+
 # what the normaliser must read from SGLang's own exporter, given what checks/sglang_exporter.py put into it
 SGLANG_EXPORTED = {
     "prompt_tokens": 8000.0,
@@ -330,6 +375,7 @@ def main() -> int:
             + metric_outcomes(env, checks)
             + exporter_outcomes(env, checks)
             + env_outcomes(env, checks, all_cases)
+            + extra_config_outcomes(env, checks, all_cases)
         )
 
     # each checker is one process that mostly imports an engine (CPU-bound, single-threaded): the environments run
