@@ -82,8 +82,18 @@ def _binary_with(**changes: object) -> bytes:
         {"start_s": [0.5, "soon"]},
         {"workload": ["chat"]},
         {"turn": [2, "second"]},
+        {"prompt_tokens": [9, 2.5]},
+        {"output_tokens": [4, 2**40]},
     ],
-    ids=["null request id", "null ok", "text start", "a column short", "text turn"],
+    ids=[
+        "null request id",
+        "null ok",
+        "text start",
+        "a column short",
+        "text turn",
+        "fractional tokens",
+        "tokens past int32",
+    ],
 )
 def test_a_value_the_table_would_refuse_is_refused_where_the_batch_is_decoded(changes: dict[str, object]) -> None:
     with pytest.raises((ValueError, TypeError, pa.ArrowException)):
