@@ -493,3 +493,29 @@ def test_a_simulated_run_needs_no_engine_release() -> None:
         None,
     )
     assert review.valid, review.errors
+
+
+@pytest.mark.parametrize(
+    ("engine", "cluster", "refused"),
+    [
+        ({"name": "trtllm", "version": "1.2.0"}, None, True),  # NVIDIA's release image: no LMCache in it
+        ({"name": "trtllm", "args": {"image": "registry.example/trtllm-lmcache:1"}}, None, False),
+        ({"name": "trtllm"}, {"sim": {"machines": 2, "gpu": "H100"}}, False),  # the simulator needs no image
+    ],
+)
+def test_a_stack_whose_engines_load_what_their_published_image_lacks_needs_an_image_that_has_it(
+    engine: dict[str, Any], cluster: dict[str, Any] | None, refused: bool
+) -> None:
+    """trtllm-lmcache-valkey's engines import LMCache's TensorRT-LLM adapter; NVIDIA's release image has no LMCache,
+    so a real run would stop at the engines' start: refused at review unless the plan names an image."""
+    workload = {"name": "a", "strategy": "shared_pool", "stack": "trtllm-lmcache-valkey", "kv_tier": "cpu_ram",
+                "engine": engine, "sizing": {"shared_store_gb": 8, "host_memory_gb": 16}}  # fmt: skip
+    review = review_plan(plan(workload, cluster=cluster), {"lab": machines(n=2)}.get)
+    problems = [e for e in review.errors if e.field == "engine.args.image"]
+    assert bool(problems) is refused, review.errors
+    if problems:
+        assert problems[0].code == "stack_engine_mismatch"
+        assert "LMCache" in problems[0].message
+        assert "engine.args.image" in problems[0].fix
+    elif cluster is not None:
+        assert review.valid, review.errors

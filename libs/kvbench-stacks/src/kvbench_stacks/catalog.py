@@ -57,6 +57,11 @@ class StackSpec(BaseModel):
     recipe: str = Field(description="Section of reference/stacks.md with the launch recipe")
     shared_store: SharedStore | None = Field(None, description="The store every machine of the pool shares")
     disk_tier: bool = Field(False, description="Engines keep a local disk tier when the plan's kv_tier is nvme")
+    engine_image_lacks: str | None = Field(
+        None,
+        description="What the engine's published image lacks that the stack's engines load in-process (a plan for "
+        "real machines must then name engine.args.image, an image that has it)",
+    )
 
     def checked_releases(self, engine: str | None = None) -> list[str]:
         """The releases of ``engine`` (default: the stack's own) whose parsers accepted the stack, as bare version

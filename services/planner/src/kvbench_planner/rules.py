@@ -95,6 +95,15 @@ def _stack_rules(
             f"Set engine.version to the {stack.engine} release to run (its image's tag), or engine.args.image.",
             "engine.version",
         )
+    if not simulated and stack.engine_image_lacks and not w.engine.args.get("image"):
+        err(
+            "stack_engine_mismatch",
+            f"The stack {stack.id} cannot run from {stack.engine}'s published image: "
+            f"it lacks {stack.engine_image_lacks}",
+            f"Set engine.args.image to a {stack.engine} image that has it (built from the release image with it "
+            "installed).",
+            "engine.args.image",
+        )
     if stack.lmcache_server and w.kv_tier == "gpu":
         err(
             "needs_lmcache_server",
