@@ -83,8 +83,14 @@ def inputs(check: str, all_cases: list[Case]) -> list[dict[str, object]]:
         ]
         return serve
     if check == "lmcache":
+        # the Mooncake client keys every recorded release reads (recorded/mooncake.toml)
+        recorded = tomllib.loads((HERE / "recorded" / "mooncake.toml").read_text())["setup_config"]
+        releases = [set(v) for k, v in recorded.items() if isinstance(v, list) and k != "required"]
+        mooncake = {"keys": sorted(set.intersection(*releases)), "required": recorded["required"]}
         out: list[dict[str, object]] = [
-            {"id": c.id, "kind": "server", "argv": c.argv} for c in all_cases if c.program == "lmcache"
+            {"id": c.id, "kind": "server", "argv": c.argv, "mooncake": mooncake}
+            for c in all_cases
+            if c.program == "lmcache"
         ]
         out += [
             {"id": f"{c.id}/{name}", "kind": "config", "text": text}

@@ -339,6 +339,44 @@ def test_trtllm_disaggregated_config_is_what_its_loader_reads() -> None:
             assert int(port) > 0
 
 
+MOONCAKE_RECORDED = TRTLLM_RECORDED.with_name("mooncake.toml")
+# the keys LMCache 0.5.1 and 0.5.6 keep for themselves; every other one goes to Mooncake
+_LMCACHE_MOONCAKE_OWN = {"type", "num_workers", "eviction", "per_op_workers", "lookup_workers", "retrieve_workers",
+                         "store_workers"}  # fmt: skip
+
+
+@pytest.mark.parametrize("stack", ["vllm-lmcache-mooncake", "vllm-pd-lmcache-store"])
+def test_lmcache_mooncake_adapters_give_mooncake_only_keys_its_client_reads(stack: str) -> None:
+    """LMCache forwards its mooncake_store adapter's keys as-is to Mooncake's RealClient::setup_internal(ConfigDict):
+    each must be one that function reads in every Mooncake release with it (recorded/mooncake.toml), the required
+    local_hostname must be the server's own machine, and the master's address must be spelt master_server_addr
+    (master_server_address is ignored: the client would connect to 127.0.0.1:50051)."""
+    import tomllib  # noqa: PLC0415
+
+    recorded = tomllib.loads(MOONCAKE_RECORDED.read_text())["setup_config"]
+    read_everywhere = set.intersection(*(set(v) for k, v in recorded.items() if isinstance(v, list) and k != "required"))
+    ctx = context(stack)
+    hosts = {m.name: m.host for m in ctx.machines}
+    seen = 0
+    for machine, procs in render(ctx).items():
+        for process in procs:
+            if process.argv[:2] != ["lmcache", "server"]:
+                continue
+            for at, arg in enumerate(process.argv):
+                if arg != "--l2-adapter":
+                    continue
+                adapter = json.loads(process.argv[at + 1])
+                if adapter["type"] != "mooncake_store":
+                    continue
+                seen += 1
+                forwarded = set(adapter) - _LMCACHE_MOONCAKE_OWN
+                assert forwarded <= read_everywhere, forwarded - read_everywhere
+                assert set(recorded["required"]) <= forwarded
+                assert adapter["local_hostname"] == hosts[machine]
+                assert adapter["master_server_addr"].endswith(":50051")
+    assert seen >= 2
+
+
 @pytest.mark.parametrize("stack", ["sglang-hicache-mooncake", "sglang-pd-decode-offload"])
 def test_sglang_mooncake_engines_say_where_other_machines_reach_their_segment(stack: str) -> None:
     """SGLang's Mooncake client advertises localhost unless told (its MooncakeStoreConfig default): each engine's

@@ -27,7 +27,28 @@ def _capture(*args: Any, **kwargs: Any) -> None:
     raise _Launched(kwargs)
 
 
-def check_server(argv: list[str]) -> dict[str, object]:
+def check_mooncake_adapters(argv: list[str], keys: list[str], required: list[str]) -> str:
+    """What LMCache's own mooncake_store adapter config hands Mooncake (``from_dict(...).setup_config``) against the
+    keys Mooncake's RealClient::setup_internal(ConfigDict) reads (recorded/mooncake.toml): a key it never reads is
+    ignored without a word, a required one missing fails the setup. Returns the mismatch, or ""."""
+    import json
+
+    from lmcache.v1.distributed.l2_adapters.mooncake_store_l2_adapter import MooncakeStoreL2AdapterConfig
+
+    for at, arg in enumerate(argv):
+        if arg != "--l2-adapter" or json.loads(argv[at + 1]).get("type") != "mooncake_store":
+            continue
+        forwarded = set(MooncakeStoreL2AdapterConfig.from_dict(json.loads(argv[at + 1])).setup_config)
+        unread, missing = sorted(forwarded - set(keys)), sorted(set(required) - forwarded)
+        if unread or missing:
+            return (f"LMCache forwards to Mooncake's setup_internal keys it never reads {unread}"
+                    f"{f' and lacks the required {missing}' if missing else ''}")  # fmt: skip
+    return ""
+
+
+def check_server(argv: list[str], mooncake: dict[str, list[str]] | None = None) -> dict[str, object]:
+    if mooncake and (mismatch := check_mooncake_adapters(argv, mooncake["keys"], mooncake["required"])):
+        return {"ok": False, "error": mismatch}
     import importlib
 
     import lmcache.cli.commands as commands
@@ -65,7 +86,9 @@ def check_config(text: str) -> dict[str, object]:
 
 
 def check(case: dict[str, Any]) -> dict[str, object]:
-    return check_server(case["argv"]) if case["kind"] == "server" else check_config(case["text"])
+    if case["kind"] == "server":
+        return check_server(case["argv"], case.get("mooncake"))
+    return check_config(case["text"])
 
 
 if __name__ == "__main__":

@@ -161,6 +161,8 @@ def lmcache_server(ctx: RenderContext, l2: list[dict[str, Any]], l1_gb: float, s
     if server.of_machine > 1:
         l1_gb /= server.of_machine
         l2 = [{**a, "base_path": f"{a['base_path']}/server-{server.index}"} if a.get("type") == "fs" else a for a in l2]
+    # Mooncake's client requires the address the other machines reach this server's segment at
+    l2 = [{**a, "local_hostname": host_of(ctx, server.machine)} if a.get("type") == "mooncake_store" else a for a in l2]
     argv = [
         "lmcache",
         "server",
@@ -331,12 +333,19 @@ def mooncake_transport(ctx: RenderContext) -> dict[str, str]:
 
 
 def lmcache_mooncake_l2(ctx: RenderContext, transport: dict[str, str]) -> dict[str, Any]:
-    """LMCache's ``mooncake_store`` L2 adapter: the pool's Mooncake store (shared_store_gb) behind every server."""
+    """LMCache's ``mooncake_store`` L2 adapter: the pool's Mooncake store (shared_store_gb) behind every server.
+
+    LMCache hands every key but its own, as is, to Mooncake's RealClient::setup_internal(ConfigDict), whose keys are
+    Mooncake's, not SGLang's: ``master_server_addr`` (``master_server_address`` is ignored and the client connects
+    to 127.0.0.1:50051), ``rdma_devices`` (not ``device_name``), and ``local_hostname``, required, which
+    ``lmcache_server`` sets to its own machine's address (tools/conformance/recorded/mooncake.toml)."""
     gb = float(ctx.sizing.get("shared_store_gb") or 0)
+    device = transport.get("device_name")
     return {
         "type": "mooncake_store",
-        "master_server_address": mooncake_master_address(ctx),
+        "master_server_addr": mooncake_master_address(ctx),
         "metadata_server": "P2PHANDSHAKE",
-        **transport,
+        "protocol": transport.get("protocol", "tcp"),
+        **({"rdma_devices": device} if device and transport.get("protocol") == "rdma" else {}),
         "global_segment_size": int(gb * 2**30),
     }
