@@ -11,7 +11,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvbench_stacks.catalog import get_stack
 from kvbench_stacks.recipes import RECIPES, render
+from kvbench_stacks.recipes.model import RenderContext
 
 # the goldens' own pool and context (libs/kvbench-stacks/tests/test_recipes.py): what the suite checks is exactly
 # what the golden files hold
@@ -41,10 +43,18 @@ _PROGRAMS: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
+def _contexts(stack: str) -> list[tuple[str, RenderContext]]:
+    """The golden context (case ids ``stack/...``) and one per other storage tier the stack offers (``stack@nvme/...``):
+    an LMCache server's disk adapter is rendered only for the NVMe tier, which the goldens do not show."""
+    ctx = context(stack)
+    spec = get_stack(stack)
+    others = [t for t in (spec.tiers if spec else ()) if t != ctx.kv_tier]
+    return [(stack, ctx), *((f"{stack}@{t}", ctx.model_copy(update={"kv_tier": t})) for t in others)]
+
+
 def cases() -> list[Case]:
     out: list[Case] = []
-    for stack in sorted(RECIPES):
-        ctx = context(stack)
+    for stack, (label, ctx) in ((s, c) for s in sorted(RECIPES) for c in _contexts(s)):
         for machine, procs in render(ctx).items():
             for proc in procs:
                 program, rest = "other", list(proc.argv)
@@ -56,7 +66,7 @@ def cases() -> list[Case]:
                     program = proc.argv[2]
                 out.append(
                     Case(
-                        f"{stack}/{machine}/{proc.name}",
+                        f"{label}/{machine}/{proc.name}",
                         stack,
                         program,
                         rest,

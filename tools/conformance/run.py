@@ -339,7 +339,8 @@ def catalog_outcomes(spec: dict[str, dict[str, object]], outcomes: list[Outcome]
         passed = set()
         for env, env_spec in spec.items():
             version = dict(env_spec["checks"]).get(stack.engine)  # type: ignore[call-overload]
-            mine = [o for o in outcomes if o.env == env and o.case.startswith(f"{stack.id}/")]
+            # the golden context's cases (stack/...) and every other tier's (stack@nvme/...)
+            mine = [o for o in outcomes if o.env == env and o.case.startswith((f"{stack.id}/", f"{stack.id}@"))]
             if version and any(o.check == stack.engine for o in mine) and all(o.ok or o.known for o in mine):
                 passed.add(f"{stack.engine} {version}")
         claimed = set(stack.validated_on)

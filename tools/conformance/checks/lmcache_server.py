@@ -9,6 +9,7 @@ to the file named second.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tempfile
 from typing import Any
@@ -46,8 +47,31 @@ def check_mooncake_adapters(argv: list[str], keys: list[str], required: list[str
     return ""
 
 
+def check_adapter_keys(argv: list[str]) -> str:
+    """Every key of every other L2 adapter must be one its config class reads (its from_dict, which reads with
+    .get and ignores the rest; LMCache's own registry gives the class). Returns the mismatch, or ""."""
+    import json
+
+    from harness import keys_read
+    from lmcache.v1.distributed.l2_adapters.config import get_l2_adapter_config_class
+
+    for at, arg in enumerate(argv):
+        if arg != "--l2-adapter":
+            continue
+        adapter = json.loads(argv[at + 1])
+        if adapter.get("type") == "mooncake_store":  # forwarded to Mooncake: check_mooncake_adapters
+            continue
+        config_cls = get_l2_adapter_config_class(str(adapter.get("type")))
+        unread = sorted(set(adapter) - {"type"} - keys_read(config_cls.from_dict))
+        if unread:
+            return f"the {adapter.get('type')} L2 adapter's config ({config_cls.__name__}) never reads {unread}"
+    return ""
+
+
 def check_server(argv: list[str], mooncake: dict[str, list[str]] | None = None) -> dict[str, object]:
     if mooncake and (mismatch := check_mooncake_adapters(argv, mooncake["keys"], mooncake["required"])):
+        return {"ok": False, "error": mismatch}
+    if mismatch := check_adapter_keys(argv):
         return {"ok": False, "error": mismatch}
     import importlib
 
@@ -71,17 +95,39 @@ def check_server(argv: list[str], mooncake: dict[str, list[str]] | None = None) 
     return {"ok": False, "error": "lmcache server returned without launching"}
 
 
+class _UnknownKeys(logging.Handler):
+    """LMCache's config loader only logs a key it does not know ("Unknown configuration key: ...", config_base.py)
+    and drops it: the setting does nothing, so the check collects those."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.keys: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Unknown configuration key"):
+            self.keys.append(str(record.args[0]) if record.args else record.getMessage())
+
+
 def check_config(text: str) -> dict[str, object]:
     from lmcache.v1.config import LMCacheEngineConfig
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(text)
+    unknown = _UnknownKeys()
+    loader_log = logging.getLogger("lmcache.v1.config_base")
+    loader_log.addHandler(unknown)
     try:
         config = LMCacheEngineConfig.from_file(f.name)
         if hasattr(config, "validate"):
             config.validate()
+        if unknown.keys:
+            return {
+                "ok": False,
+                "error": f"LMCache's config loader does not know {sorted(unknown.keys)} (it drops them)",
+            }
         return {"ok": True, "resolved": {"config": repr(config)[:600]}}
     finally:
+        loader_log.removeHandler(unknown)
         os.unlink(f.name)
 
 
