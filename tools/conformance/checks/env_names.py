@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from harness import source_nodes
+
 _NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 
 
@@ -23,19 +25,14 @@ def names(package: Path) -> set[str]:
     if package.is_file():  # a compiled extension: the names among its strings
         return {m.decode() for m in re.findall(rb"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", package.read_bytes())}
     found: set[str] = set()
-    for path in sorted(package.rglob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAME.fullmatch(node.value):
-                found.add(node.value)
-            elif isinstance(node, ast.ClassDef):  # class attributes named after the variable (SGLang's Envs)
-                for stmt in node.body:
-                    targets = [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
-                    targets = stmt.targets if isinstance(stmt, ast.Assign) else targets
-                    found.update(t.id for t in targets if isinstance(t, ast.Name) and _NAME.fullmatch(t.id))
+    for _, node in source_nodes(package):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAME.fullmatch(node.value):
+            found.add(node.value)
+        elif isinstance(node, ast.ClassDef):  # class attributes named after the variable (SGLang's Envs)
+            for stmt in node.body:
+                targets = [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else targets
+                found.update(t.id for t in targets if isinstance(t, ast.Name) and _NAME.fullmatch(t.id))
     return found
 
 

@@ -9,12 +9,14 @@ any other exception with its type, message and the end of its traceback.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 Result = dict[str, object]
@@ -38,6 +40,18 @@ def keys_read(obj: object) -> set[str]:
         and isinstance(node.args[0], ast.Constant)
         and isinstance(node.args[0].value, str)
     }
+
+
+def source_nodes(package: Path) -> Iterator[tuple[Path, ast.AST]]:
+    """Every AST node of every module of an installed package that parses, with its file: what the checks that
+    read an engine's own source (metric names, environment variables, config keys) walk."""
+    for path in sorted(package.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            yield path, node
 
 
 def _run_one(check: Callable[[dict[str, Any]], Result], case: dict[str, Any]) -> Result:

@@ -14,20 +14,17 @@ import json
 import sys
 from pathlib import Path
 
+from harness import source_nodes
+
 
 def held(packages: list[Path], wanted: set[str]) -> set[str]:
     found: set[str] = set()
     for package in packages:
-        for path in sorted(package.rglob("*.py")):
-            try:
-                tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-            except SyntaxError:
-                continue
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted:
-                    found.add(node.value)
-                elif isinstance(node, ast.arg) and node.arg in wanted:
-                    found.add(node.arg)
+        for _, node in source_nodes(package):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted:
+                found.add(node.value)
+            elif isinstance(node, ast.arg) and node.arg in wanted:
+                found.add(node.arg)
     return found
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import ast
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+
+from harness import source_nodes
 
 TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "summary": "summary"}
 
@@ -41,20 +42,9 @@ def _literal_name(call: ast.Call) -> str | None:
     return None
 
 
-def _nodes(package: Path) -> Iterator[tuple[Path, ast.AST]]:
-    """Every node of every module of the package that parses, with its file."""
-    for path in sorted(package.rglob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            yield path, node
-
-
 def scan(package: Path) -> dict[str, dict[str, object]]:
     found: dict[str, dict[str, object]] = {}
-    for path, node in _nodes(package):
+    for path, node in source_nodes(package):
         if not isinstance(node, ast.Call):
             continue
         kind = _kind(node.func)
@@ -78,7 +68,7 @@ def mentioned(package: Path, prefix: str) -> tuple[list[str], list[str]]:
 
     names: set[str] = set()
     patterns: set[str] = set()
-    for _, node in _nodes(package):
+    for _, node in source_nodes(package):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(prefix):
             names.add(node.value)
         elif isinstance(node, ast.JoinedStr) and node.values:
@@ -113,7 +103,7 @@ def otel_family(name: str, unit: str | None) -> str:
 
 def scan_otel(package: Path) -> dict[str, dict[str, object]]:
     found: dict[str, dict[str, object]] = {}
-    for path, node in _nodes(package):
+    for path, node in source_nodes(package):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         kind = OTEL_KINDS.get(node.func.attr)
@@ -132,7 +122,7 @@ def scan_otel(package: Path) -> dict[str, dict[str, object]]:
 def strings_held(package: Path, wanted: set[str]) -> list[str]:
     held = {
         node.value
-        for _, node in _nodes(package)
+        for _, node in source_nodes(package)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted
     }
     return sorted(held)
