@@ -354,7 +354,8 @@ def test_lmcache_mooncake_adapters_give_mooncake_only_keys_its_client_reads(stac
     import tomllib  # noqa: PLC0415
 
     recorded = tomllib.loads(MOONCAKE_RECORDED.read_text())["setup_config"]
-    read_everywhere = set.intersection(*(set(v) for k, v in recorded.items() if isinstance(v, list) and k != "required"))
+    releases = [set(v) for k, v in recorded.items() if isinstance(v, list) and k != "required"]
+    read_everywhere = set.intersection(*releases)
     ctx = context(stack)
     hosts = {m.name: m.host for m in ctx.machines}
     seen = 0
