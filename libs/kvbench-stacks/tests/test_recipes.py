@@ -317,6 +317,16 @@ def test_trtllm_serve_lines_use_only_options_every_release_takes(stack: str) -> 
     assert seen
 
 
+def test_trtllm_nixl_backend_is_set_where_the_kv_moves() -> None:
+    """TRTLLM_NIXL_KVCACHE_BACKEND is read by the engines' cache transceiver (its NIXL agent), so it belongs on
+    every prefill and decode engine; the disaggregated proxy moves no KV and never reads it."""
+    procs = [p for ps in render(context("trtllm-pd-nixl")).values() for p in ps]
+    engines = [p for p in procs if "disaggregated" not in p.argv]
+    assert engines
+    assert all(p.env.get("TRTLLM_NIXL_KVCACHE_BACKEND") == "UCX" for p in engines)
+    assert all("TRTLLM_NIXL_KVCACHE_BACKEND" not in p.env for p in procs if "disaggregated" in p.argv)
+
+
 def test_trtllm_disaggregated_config_is_what_its_loader_reads() -> None:
     """`trtllm-serve disaggregated -c`: every top-level key is one extract_disagg_cfg names or an LLM argument it
     hands to both sections, and each section's urls are host:port, as many as num_instances (its own checks)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 
 from kvbench_stacks.recipes.common import (
+    EngineSlot,
     Machines,
     engine_slots,
     head_first,
@@ -14,7 +15,7 @@ from kvbench_stacks.recipes.common import (
 )
 from kvbench_stacks.recipes.engines import trtllm
 from kvbench_stacks.recipes.images import image_version, trtllm_image
-from kvbench_stacks.recipes.model import RenderContext
+from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
 from kvbench_stacks.recipes.registry import recipe
 from kvbench_stacks.recipes.servers import (
@@ -43,17 +44,21 @@ def trtllm_host_offload(ctx: RenderContext) -> Machines:  # stacks.md 3: reuse p
 @recipe("trtllm-pd-nixl")
 def trtllm_pd(ctx: RenderContext) -> Machines:  # stacks.md 3, disaggregated over NIXL
     slots = engine_slots(ctx, True)
-    out = place(
-        slots,
-        lambda s: trtllm(
+
+    def engine(s: EngineSlot) -> ProcessSpec:
+        spec = trtllm(
             ctx,
             s,
             {
                 "cache_transceiver_config": {"backend": "NIXL", "max_tokens_in_buffer": 32768},
                 **({"disable_overlap_scheduler": True} if s.role == "prefill" else {}),
             },
-        ),
-    )
+        )
+        # NIXL's plugin for the KV transfer: read by the engines' cache transceiver (its NIXL agent), not the
+        # disaggregated proxy, which moves no KV; UCX is its default, named so a site's environment cannot change it
+        return spec.model_copy(update={"env": {**spec.env, "TRTLLM_NIXL_KVCACHE_BACKEND": "UCX"}})
+
+    out = place(slots, engine)
     disagg = {
         "hostname": "0.0.0.0",
         "port": PORTS["router"],
@@ -73,12 +78,7 @@ def trtllm_pd(ctx: RenderContext) -> Machines:  # stacks.md 3, disaggregated ove
         "trtllm-serve",
         trtllm_image(image_version(ctx.stack, "trtllm", ctx.engine.version)),
     )
-    router = router.model_copy(
-        update={
-            "files": {"disagg.yaml": yaml.safe_dump(disagg, sort_keys=False)},
-            "env": {"TRTLLM_NIXL_KVCACHE_BACKEND": "UCX"},
-        }
-    )
+    router = router.model_copy(update={"files": {"disagg.yaml": yaml.safe_dump(disagg, sort_keys=False)}})
     return head_last(out, router)
 
 
