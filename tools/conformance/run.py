@@ -212,26 +212,64 @@ _ENV_READERS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _extra_config_keys(value: object) -> set[str]:
+    """Every key of a connector's extra config, nested dicts and lists of dicts included (a MultiConnector's
+    connectors, the offloading connector's secondary tiers)."""
+    if isinstance(value, dict):
+        return {str(k) for k in value} | {k for v in value.values() for k in _extra_config_keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _extra_config_keys(v)}
+    return set()
+
+
+def _extra_configs(all_cases: list[Case]) -> dict[str, set[str]]:
+    """Every vLLM process's `--kv-transfer-config` extra-config keys, by case."""
+    out: dict[str, set[str]] = {}
+    for case in all_cases:
+        if case.program == "vllm" and "--kv-transfer-config" in case.argv:
+            config = json.loads(case.argv[case.argv.index("--kv-transfer-config") + 1])
+            out[case.id] = _extra_config_keys(config.get("kv_connector_extra_config") or {})
+    return out
+
+
+_NAMES_READ: dict[str, dict[str, dict[str, set[str]]]] = {}
+
+
+def _names_read(env: str, checks: dict[str, str], all_cases: list[Case]) -> dict[str, dict[str, set[str]]]:
+    """By package folder: the environment variable names its code can read ("env") and which of the rendered
+    extra-config keys it holds ("held"), from one pass over each package's source (checks/source_names.py), kept
+    for the environment's later checks."""
+    if env not in _NAMES_READ:
+        site = next((ENVS_DIR / env / "lib").glob("python3*/site-packages"))
+        folders = sorted({f for program, readers in _ENV_READERS.items() if program in checks for f in readers})
+        # each package's folder and its compiled extensions beside it (vllm_router_rs.abi3.so)
+        paths = [p for f in folders for p in [site / f, *site.glob(f"{f}_*.so")] if p.exists()]
+        work = ENVS_DIR / "work" / env
+        work.mkdir(parents=True, exist_ok=True)
+        wanted = sorted({k for keys in _extra_configs(all_cases).values() for k in keys})
+        (work / "names.wanted.json").write_text(json.dumps(wanted))
+        subprocess.run([sys.executable, str(CHECKS / "source_names.py"), str(work / "names.wanted.json"),
+                        str(work / "names.json"), *map(str, paths)], check=True)  # fmt: skip
+        read: dict[str, dict[str, set[str]]] = defaultdict(lambda: {"env": set(), "held": set()})
+        for path, found in json.loads((work / "names.json").read_text()).items():
+            folder = read[path.split("_rs.", 1)[0].split(".", 1)[0]]
+            folder["env"] |= set(found["env"])
+            folder["held"] |= set(found["held"])
+        _NAMES_READ[env] = dict(read)
+    return _NAMES_READ[env]
+
+
 def env_outcomes(env: str, checks: dict[str, str], all_cases: list[Case]) -> list[Outcome]:
     """Every environment variable a process of an engine checked here sets must be one its own packages read (a
-    name their source holds: checks/env_names.py) or one recorded/env.toml says who reads; else it does nothing."""
+    name their source holds) or one recorded/env.toml says who reads; else it does nothing."""
     outside = tomllib.loads((HERE / "recorded" / "env.toml").read_text())["outside"]
-    site = next((ENVS_DIR / env / "lib").glob("python3*/site-packages"))
-    folders = sorted({f for program, readers in _ENV_READERS.items() if program in checks for f in readers})
-    found_path = ENVS_DIR / "work" / env / "env_names.json"
-    found_path.parent.mkdir(parents=True, exist_ok=True)
-    # each package's folder and its compiled extensions beside it (vllm_router_rs.abi3.so)
-    paths = [p for f in folders for p in [site / f, *site.glob(f"{f}_*.so")] if p.exists()]
-    subprocess.run([sys.executable, str(CHECKS / "env_names.py"), str(found_path), *map(str, paths)], check=True)
-    read: dict[str, list[str]] = defaultdict(list)
-    for path, found in json.loads(found_path.read_text()).items():
-        read[path.split("_rs.", 1)[0].split(".", 1)[0]] += found
+    read = _names_read(env, checks, all_cases)
     outcomes: list[Outcome] = []
     for case in all_cases:
         readers = _ENV_READERS.get(case.program, ())
         if case.program not in checks or not case.env:
             continue
-        known = {name for folder in readers for name in read.get(folder, [])}
+        known = {name for folder in readers for name in read.get(folder, {}).get("env", set())}
         unread = sorted(n for n in case.env if n not in known and n not in outside)
         error = (
             f"{', '.join(unread)}: set for {case.program}, read by neither {' nor '.join(readers)} "
@@ -246,39 +284,17 @@ def env_outcomes(env: str, checks: dict[str, str], all_cases: list[Case]) -> lis
     return outcomes
 
 
-def _extra_config_keys(value: object) -> set[str]:
-    """Every key of a connector's extra config, nested dicts and lists of dicts included (a MultiConnector's
-    connectors, the offloading connector's secondary tiers)."""
-    if isinstance(value, dict):
-        return {str(k) for k in value} | {k for v in value.values() for k in _extra_config_keys(v)}
-    if isinstance(value, list):
-        return {k for v in value for k in _extra_config_keys(v)}
-    return set()
-
-
 def extra_config_outcomes(env: str, checks: dict[str, str], all_cases: list[Case]) -> list[Outcome]:
     """Every key of every rendered `--kv-transfer-config`'s kv_connector_extra_config must be one vLLM (or LMCache,
-    whose connector it loads) can read: a string its source holds or a parameter it takes (checks/keys_held.py).
-    vLLM validates the JSON's top level, never the connectors' extra keys, which they read with .get."""
+    whose connector it loads) can read: a string its source holds or a parameter it takes. vLLM validates the JSON's
+    top level, never the connectors' extra keys, which they read with .get."""
     version = checks.get("vllm")
     if version is None:
         return []
-    by_case: dict[str, set[str]] = {}
-    for case in all_cases:
-        if case.program == "vllm" and "--kv-transfer-config" in case.argv:
-            config = json.loads(case.argv[case.argv.index("--kv-transfer-config") + 1])
-            by_case[case.id] = _extra_config_keys(config.get("kv_connector_extra_config") or {})
-    wanted = sorted({k for keys in by_case.values() for k in keys})
-    work = ENVS_DIR / "work" / env
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "extra_keys.wanted.json").write_text(json.dumps(wanted))
-    site = next((ENVS_DIR / env / "lib").glob("python3*/site-packages"))
-    packages = [str(site / p) for p in ("vllm", "lmcache") if (site / p).is_dir()]
-    subprocess.run([sys.executable, str(CHECKS / "keys_held.py"), str(work / "extra_keys.wanted.json"),
-                    str(work / "extra_keys.json"), *packages], check=True)  # fmt: skip
-    held = set(json.loads((work / "extra_keys.json").read_text()))
+    read = _names_read(env, checks, all_cases)
+    held = {k for folder in _ENV_READERS["vllm"] for k in read.get(folder, {}).get("held", set())}
     outcomes = []
-    for case_id, keys in sorted(by_case.items()):
+    for case_id, keys in sorted(_extra_configs(all_cases).items()):
         unread = sorted(keys - held)
         error = (
             f"kv_connector_extra_config keys {unread}: read by no code of vLLM {version} or its LMCache"

@@ -9,6 +9,7 @@ to the file named second.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import tempfile
@@ -28,18 +29,21 @@ def _capture(*args: Any, **kwargs: Any) -> None:
     raise _Launched(kwargs)
 
 
+def _l2_adapters(argv: list[str]) -> list[dict[str, Any]]:
+    """The JSON of every --l2-adapter the command passes."""
+    return [json.loads(argv[at + 1]) for at, arg in enumerate(argv) if arg == "--l2-adapter"]
+
+
 def check_mooncake_adapters(argv: list[str], keys: list[str], required: list[str]) -> str:
     """What LMCache's own mooncake_store adapter config hands Mooncake (``from_dict(...).setup_config``) against the
     keys Mooncake's RealClient::setup_internal(ConfigDict) reads (recorded/mooncake.toml): a key it never reads is
     ignored without a word, a required one missing fails the setup. Returns the mismatch, or ""."""
-    import json
-
     from lmcache.v1.distributed.l2_adapters.mooncake_store_l2_adapter import MooncakeStoreL2AdapterConfig
 
-    for at, arg in enumerate(argv):
-        if arg != "--l2-adapter" or json.loads(argv[at + 1]).get("type") != "mooncake_store":
+    for adapter in _l2_adapters(argv):
+        if adapter.get("type") != "mooncake_store":
             continue
-        forwarded = set(MooncakeStoreL2AdapterConfig.from_dict(json.loads(argv[at + 1])).setup_config)
+        forwarded = set(MooncakeStoreL2AdapterConfig.from_dict(adapter).setup_config)
         unread, missing = sorted(forwarded - set(keys)), sorted(set(required) - forwarded)
         if unread or missing:
             return (f"LMCache forwards to Mooncake's setup_internal keys it never reads {unread}"
@@ -50,15 +54,10 @@ def check_mooncake_adapters(argv: list[str], keys: list[str], required: list[str
 def check_adapter_keys(argv: list[str]) -> str:
     """Every key of every other L2 adapter must be one its config class reads (its from_dict, which reads with
     .get and ignores the rest; LMCache's own registry gives the class). Returns the mismatch, or ""."""
-    import json
-
     from harness import keys_read
     from lmcache.v1.distributed.l2_adapters.config import get_l2_adapter_config_class
 
-    for at, arg in enumerate(argv):
-        if arg != "--l2-adapter":
-            continue
-        adapter = json.loads(argv[at + 1])
+    for adapter in _l2_adapters(argv):
         if adapter.get("type") == "mooncake_store":  # forwarded to Mooncake: check_mooncake_adapters
             continue
         config_cls = get_l2_adapter_config_class(str(adapter.get("type")))

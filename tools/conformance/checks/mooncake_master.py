@@ -73,8 +73,8 @@ def check(case: dict[str, object]) -> Result:
 
 
 def _needs(cases: list[dict[str, object]]) -> None:
-    missing = subprocess.run(["ldd", str(_binary())], capture_output=True, text=True, check=False).stdout
-    absent = [line.split()[0] for line in missing.splitlines() if "not found" in line]
+    linked = subprocess.run(["ldd", str(_binary())], capture_output=True, text=True, check=False).stdout
+    absent = [line.split()[0] for line in linked.splitlines() if "not found" in line]
     if absent:  # a clear message instead of one loader error per case
         sys.exit(f"mooncake_master needs {', '.join(sorted(set(absent)))}: apt-get install libibverbs1")
 

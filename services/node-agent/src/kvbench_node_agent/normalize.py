@@ -63,9 +63,14 @@ def _as_float(text: str) -> float | None:
         return None
 
 
+def _at(samples: Samples, read: m.MetricRead, label: str, value: str) -> float | None:
+    """A counter summed where ``label`` is ``value``, one of the values its read declares."""
+    return _sum(samples, read.total, **read.label(label, value))
+
+
 def _pool_kv(samples: Samples, read: m.MetricRead) -> float | None:
     """A series labelled by host pool: its kv pool, or the whole when it carries no pool label."""
-    kv = _sum(samples, read.total, **read.label("pool", "kv"))
+    kv = _at(samples, read, "pool", "kv")
     return kv if kv is not None else _sum(samples, read.total)
 
 
@@ -91,8 +96,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
     out: Samples = {}
     prompt = _sum(s, m.VLLM_PROMPT.total)
     by_source = {
-        src: _sum(s, m.VLLM_CACHED_BY_SOURCE.total, **m.VLLM_CACHED_BY_SOURCE.label("source", src))
-        for src in m.VLLM_CACHED_BY_SOURCE.label_values("source")
+        src: _at(s, m.VLLM_CACHED_BY_SOURCE, "source", src) for src in m.VLLM_CACHED_BY_SOURCE.label_values("source")
     }
     if any(v is not None for v in by_source.values()):
         out["prompt_tokens_gpu"] = by_source["device"] or 0.0
@@ -100,7 +104,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         out["prompt_tokens_disk"] = by_source["disk"] or 0.0
         out["prompt_tokens_transferred"] = by_source["p2p"] or 0.0
         out["prompt_tokens_remote"] = by_source["external_unspecified"] or 0.0
-        transferred = _sum(s, m.VLLM_BY_SOURCE.total, **m.VLLM_BY_SOURCE.label("source", "external_kv_transfer"))
+        transferred = _at(s, m.VLLM_BY_SOURCE, "source", "external_kv_transfer")
         if transferred is not None and not out["prompt_tokens_transferred"]:
             # the cache tiers are named by source: what none of them accounts for came from a prefill engine
             attributed = out["prompt_tokens_host"] + out["prompt_tokens_disk"] + out["prompt_tokens_remote"]
@@ -135,7 +139,7 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
                 "prompt_tokens_external",
             )
         )
-        local = _sum(s, m.VLLM_BY_SOURCE.total, **m.VLLM_BY_SOURCE.label("source", "local_compute"))
+        local = _at(s, m.VLLM_BY_SOURCE, "source", "local_compute")
         out["prompt_tokens_recomputed"] = local if local is not None else max(0.0, prompt - cached)
     _put(out, "kv_bytes_loaded_host", _sum(s, m.VLLM_OFFLOAD_LOAD.total))
     _put(out, "kv_bytes_stored_host", _sum(s, m.VLLM_OFFLOAD_STORE.total))
@@ -152,9 +156,8 @@ def _vllm(s: Samples, external: ExternalTier = None) -> Samples:
         _first(s, (m.VLLM_NIXL_BYTES.count, {}), (m.VLLM_MOONCAKE_BYTES.count, {})),
     )
     # vLLM labels the store's operations load_get / save_put (and save_exists / lookup_exists, which move no KV)
-    store = m.VLLM_STORE_BYTES
-    _put(out, "kv_bytes_loaded_remote", _sum(s, store.total, **store.label("operation", "load_get")))
-    _put(out, "kv_bytes_stored_remote", _sum(s, store.total, **store.label("operation", "save_put")))
+    _put(out, "kv_bytes_loaded_remote", _at(s, m.VLLM_STORE_BYTES, "operation", "load_get"))
+    _put(out, "kv_bytes_stored_remote", _at(s, m.VLLM_STORE_BYTES, "operation", "save_put"))
     _put(out, "prefix_cache_queries", _sum(s, m.VLLM_PREFIX_QUERIES.total))
     _put(out, "prefix_cache_hits", _sum(s, m.VLLM_PREFIX_HITS.total))
     _put(out, "external_cache_queries", _sum(s, m.VLLM_EXTERNAL_QUERIES.total))
@@ -171,11 +174,11 @@ def _sglang(s: Samples) -> Samples:
         ("host", "prompt_tokens_host"),
         ("storage", "prompt_tokens_remote"),
     ):
-        _put(out, key, _sum(s, m.SGLANG_CACHED.total, **m.SGLANG_CACHED.label("cache_source", src)))
+        _put(out, key, _at(s, m.SGLANG_CACHED, "cache_source", src))
     prompt = _sum(s, m.SGLANG_PROMPT.total)
     if prompt is not None:
         out["prompt_tokens"] = prompt
-        total = _sum(s, m.SGLANG_CACHED.total, **m.SGLANG_CACHED.label("cache_source", "total"))
+        total = _at(s, m.SGLANG_CACHED, "cache_source", "total")
         cached = (
             total
             if total is not None
@@ -201,7 +204,6 @@ def _sglang(s: Samples) -> Samples:
 
 
 _TRTLLM_TIERS = {"gpu": "prompt_tokens_gpu", "host": "prompt_tokens_host", "disk": "prompt_tokens_disk"}
-_TRTLLM_BY_TIER = m.TRTLLM_CACHED_BY_TIER
 
 
 def _trtllm(s: Samples) -> Samples:
@@ -209,9 +211,7 @@ def _trtllm(s: Samples) -> Samples:
     (``cache_tier`` gpu, host or disk; pages prefetched from disk to host count as host), else all of them as the
     GPU's; blocks reused and missed; bytes between GPU and host."""
     out: Samples = {}
-    by_tier = {
-        tier: _sum(s, _TRTLLM_BY_TIER.total, **_TRTLLM_BY_TIER.label("cache_tier", tier)) for tier in _TRTLLM_TIERS
-    }
+    by_tier = {tier: _at(s, m.TRTLLM_CACHED_BY_TIER, "cache_tier", tier) for tier in _TRTLLM_TIERS}
     if any(v is not None for v in by_tier.values()):
         for tier, key in _TRTLLM_TIERS.items():
             out[key] = by_tier[tier] or 0.0

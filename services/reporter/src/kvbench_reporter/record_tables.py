@@ -81,8 +81,11 @@ def _array(field: pa.Field, values: Sequence[object]) -> pa.Array:
     """One column from Python values. pa.array(values, int32) truncates 2.5 to 2 without a word: an integer column
     holding a fractional value is refused instead (a whole 2.0 is taken as 2). Finding floats by their type set is
     one C pass, far cheaper than inferring the column and casting it."""
-    whole = not pa.types.is_integer(field.type) or float not in set(map(type, values))
-    if not whole and any(isinstance(v, float) and not v.is_integer() for v in values):
+    if (
+        pa.types.is_integer(field.type)
+        and float in set(map(type, values))
+        and any(isinstance(v, float) and not v.is_integer() for v in values)
+    ):
         raise ValueError(f"{field.name} holds a fractional value where whole numbers belong")
     return pa.array(values, type=field.type)
 

@@ -332,20 +332,21 @@ def mooncake_transport(ctx: RenderContext) -> dict[str, str]:
     return {"protocol": "rdma" if device else "tcp", "device_name": device or ""}
 
 
-def lmcache_mooncake_l2(ctx: RenderContext, transport: dict[str, str]) -> dict[str, Any]:
+def lmcache_mooncake_l2(ctx: RenderContext, rdma: bool = True) -> dict[str, Any]:
     """LMCache's ``mooncake_store`` L2 adapter: the pool's Mooncake store (shared_store_gb) behind every server.
 
     LMCache hands every key but its own, as is, to Mooncake's RealClient::setup_internal(ConfigDict), whose keys are
     Mooncake's, not SGLang's: ``master_server_addr`` (``master_server_address`` is ignored and the client connects
     to 127.0.0.1:50051), ``rdma_devices`` (not ``device_name``), and ``local_hostname``, required, which
-    ``lmcache_server`` sets to its own machine's address (tools/conformance/recorded/mooncake.toml)."""
+    ``lmcache_server`` sets to its own machine's address (tools/conformance/recorded/mooncake.toml). ``rdma``: over
+    the configured RDMA device when there is one, else TCP."""
     gb = float(ctx.sizing.get("shared_store_gb") or 0)
-    device = transport.get("device_name")
+    device = ctx.network.get("rdma_device") if rdma else None
     return {
         "type": "mooncake_store",
         "master_server_addr": mooncake_master_address(ctx),
         "metadata_server": "P2PHANDSHAKE",
-        "protocol": transport.get("protocol", "tcp"),
-        **({"rdma_devices": device} if device and transport.get("protocol") == "rdma" else {}),
+        "protocol": "rdma" if device else "tcp",
+        **({"rdma_devices": device} if device else {}),
         "global_segment_size": int(gb * 2**30),
     }

@@ -89,7 +89,7 @@ def vllm_lmcache_valkey(ctx: RenderContext) -> Machines:  # stacks.md 1.4 with t
 @recipe("vllm-lmcache-mooncake")
 def vllm_lmcache_mooncake(ctx: RenderContext) -> Machines:  # stacks.md 1.5 (MP mode, L2 mooncake_store)
     l1, l2 = lmcache_tiers(ctx)
-    l2.append(lmcache_mooncake_l2(ctx, mooncake_transport(ctx)))
+    l2.append(lmcache_mooncake_l2(ctx))
     out = with_lmcache_servers(
         ctx, place(engine_slots(ctx, False), lambda s: vllm(ctx, s, lmcache_mp_connector(ctx, s))), l2, l1
     )

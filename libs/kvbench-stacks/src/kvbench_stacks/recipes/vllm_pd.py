@@ -192,7 +192,7 @@ def vllm_pd_nixl_lmcache(ctx: RenderContext) -> Machines:  # stacks.md 1.10 (sta
 def vllm_pd_lmcache_store(ctx: RenderContext) -> Machines:  # stacks.md 1.11 (b), MP mode
     slots = engine_slots(ctx, True)
     l1, l2 = lmcache_tiers(ctx)
-    l2.append(lmcache_mooncake_l2(ctx, {"protocol": "tcp"}))  # stacks.md 1.11 (b): the store over TCP
+    l2.append(lmcache_mooncake_l2(ctx, rdma=False))  # stacks.md 1.11 (b): the store over TCP
     telemetry = f"http://{host_of(ctx, 0)}:{PORTS['lmcache_telemetry']}/api/v1/telemetry"
 
     def build(s: EngineSlot) -> ProcessSpec:
