@@ -14,6 +14,7 @@ from kvbench_contracts.events import (
     JobStarted,
     RecordsBatch,
     RecordsBinary,
+    RecordsColumnar,
     RecordsPacked,
     RunSubmitted,
 )
@@ -139,9 +140,9 @@ async def test_a_redelivered_message_adds_no_rows_and_every_field_reads_back_as_
             )
             for i in range(8)
         ]
-        seen = RecordsBinary.from_records("RB", "JB", "lg", sent[:4])
+        seen = RecordsColumnar.from_records("RB", "JB", "lg", sent[:4])
         assert await ingestor.records_raw([seen.to_bytes()]) == []
-        fresh = RecordsBinary.from_records("RB", "JB", "lg", sent[4:])
+        fresh = RecordsColumnar.from_records("RB", "JB", "lg", sent[4:])
         assert await ingestor.records_raw([seen.to_bytes(), fresh.to_bytes(), fresh.to_bytes()]) == []
         assert ingestor.last_batch_rows == 4
         assert await ingestor.records_raw([fresh.to_bytes()]) == []
@@ -152,7 +153,11 @@ async def test_a_redelivered_message_adds_no_rows_and_every_field_reads_back_as_
             assert stored[record.request_id] == record.model_copy(update={"shard": "lg"})
         assert await store.pool.fetchval("SELECT count(*) FROM record_batches WHERE run_id = 'RB'") == 2
 
-        # the JSON form of old load generators goes the same way
+        # the forms of older load generators go the same way
+        assert await ingestor.records_raw([RecordsBinary.from_records("RB", "JC", "lg", sent).to_bytes()]) == []
+        assert {r.request_id: r for r in await store.records("RB", "JC")} == {
+            r.request_id: r.model_copy(update={"job_id": "JC", "shard": "lg"}) for r in sent
+        }
         old = RecordsBatch(
             run_id="RB", job_id="JO", shard="lg", records=[r.model_copy(update={"job_id": "JO"}) for r in sent]
         )
@@ -218,7 +223,7 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
     import asyncio  # noqa: PLC0415
     import uuid  # noqa: PLC0415
 
-    from kvbench_contracts.events import RecordsBatch, RecordsBinary, RecordsPacked  # noqa: PLC0415
+    from kvbench_contracts.events import RecordsBatch, RecordsBinary, RecordsColumnar, RecordsPacked  # noqa: PLC0415
     from kvbench_core.bus import Bus  # noqa: PLC0415
     from kvbench_core.metrics import new_registry  # noqa: PLC0415
 
@@ -241,9 +246,11 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
             await bus.publish(packed)  # the older packed form
             # the same message again past JetStream's duplicate window (no Nats-Msg-Id): the store skips it
             await bus.js.publish(f"kvbench.records.{run_id}.J9", packed.to_bytes())
-            binary = RecordsBinary.from_records(run_id, "J9", "s", _records("J9", 40)[35:])
-            await bus.publish(binary)  # the load generator's binary form
-            await bus.js.publish(f"kvbench.records.{run_id}.J9", binary.to_bytes()[:-8])  # truncated: poison
+            binary = RecordsBinary.from_records(run_id, "J9", "s", _records("J9", 40)[35:38])
+            await bus.publish(binary)  # the older binary form
+            columnar = RecordsColumnar.from_records(run_id, "J9", "s", _records("J9", 40)[38:])
+            await bus.publish(columnar)  # the load generator's columnar form
+            await bus.js.publish(f"kvbench.records.{run_id}.J9", columnar.to_bytes()[:-8])  # truncated: poison
             bus.subscribe_raw(ingestor.records_raw, durable=durable, stream="KVBENCH_RECORDS", batch=10)
             for _ in range(100):
                 poison = registry.get_sample_value("kvbench_test_bus_poison_messages_total", {"durable": durable})

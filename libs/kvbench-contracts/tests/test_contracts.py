@@ -133,7 +133,7 @@ def test_request_record_keeps_the_public_field_names() -> None:
 
 
 def test_packed_records_round_trip_exactly() -> None:
-    from kvbench_contracts.events import RecordsBinary, RecordsPacked  # noqa: PLC0415
+    from kvbench_contracts.events import RecordsBinary, RecordsColumnar, RecordsPacked  # noqa: PLC0415
 
     records = [
         RequestRecord(
@@ -168,6 +168,31 @@ def test_packed_records_round_trip_exactly() -> None:
     assert RecordsBinary.from_bytes(body).to_records() == records
     with pytest.raises(ValueError, match="do not match"):
         RecordsBinary.from_bytes(body[:-4])  # a truncated body is refused, not read short
+    # the columnar form (what the load generator sends): every column an array after the head line
+    columnar = RecordsColumnar.from_records("R", "J", "lg", records)
+    assert columnar.subject() == packed.subject()
+    body = columnar.to_bytes()
+    assert body.count(b"\n", 0, body.index(b"\n") + 1) == 1
+    assert RecordsColumnar.from_bytes(body).to_records() == records
+    with pytest.raises(ValueError, match="do not match"):
+        RecordsColumnar.from_bytes(body[:-4])
+
+
+def test_the_columnar_form_refuses_what_its_arrays_cannot_hold() -> None:
+    from kvbench_contracts.records import encode_scalar_columns  # noqa: PLC0415
+
+    good: dict[str, list[object]] = {
+        "request_id": ["a"], "workload": ["w"], "session_id": [None], "turn": [None], "start_s": [0.0],
+        "ttft_s": [float("nan")], "e2e_s": [None], "prompt_tokens": [1], "output_tokens": [1], "cached_tokens": [None],
+        "ok": [True], "error": [None], "connect_s": [None],
+    }  # fmt: skip
+    arrays = encode_scalar_columns(good)
+    assert arrays["ttft_s.valid"] == b"\x00"  # not a number travels as null, as JSON has it
+    assert "request_id.valid" not in arrays  # a column that is never null carries no flags
+    for column, value, error in (("prompt_tokens", 2.5, TypeError), ("output_tokens", 2**40, ValueError),
+                                 ("request_id", None, ValueError), ("workload", 3, TypeError)):  # fmt: skip
+        with pytest.raises(error):
+            encode_scalar_columns({**good, column: [value]})
 
 
 @pytest.mark.parametrize("name", ["leaf1.", "leaf1..b", ".leaf1", "a" * 64])

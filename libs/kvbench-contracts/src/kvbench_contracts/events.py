@@ -14,9 +14,12 @@ from kvbench_contracts.problem import Problem
 from kvbench_contracts.records import (
     COUNTS_TYPECODE,
     OFFSETS_TYPECODE,
+    SCALAR_KINDS,
     TIMES_TYPECODE,
     ChunkKind,
     RequestRecord,
+    decode_scalar_columns,
+    encode_scalar_columns,
     pack_chunks,
     unpack_chunks,
 )
@@ -36,6 +39,7 @@ __all__ = [
     "NodeRegistered",
     "RecordsBatch",
     "RecordsBinary",
+    "RecordsColumnar",
     "RecordsPacked",
     "RunCancelled",
     "RunFinished",
@@ -424,6 +428,97 @@ class RecordsBinary(_RecordColumns):
             list(map(float, unpack_chunks(TIMES_TYPECODE, self.chunk_times))),
             list(map(int, unpack_chunks(COUNTS_TYPECODE, self.chunk_tokens))),
         )
+
+
+class RecordsColumnar(Envelope):
+    """Per-request records with every column a little-endian machine array (what the load generator sends): the
+    body is this model's JSON on one line (ids, the record count, and each array's name and byte length in order),
+    a newline, then the arrays back to back. The arrays are records.SCALAR_KINDS' columns (with their ``.offsets``
+    and ``.valid`` arrays) and the chunk arrays as RecordsBinary has them (``chunk_offsets``, ``chunk_times``,
+    ``chunk_tokens``). A consumer parses a few hundred bytes of JSON and wraps the rest (issue 18: parsing and
+    converting JSON lists of values was the reporter's largest cost a record). A consumer skips arrays it does not
+    know and takes a nullable column that is absent as all null."""
+
+    SCHEMA: ClassVar[str] = "kvbench.records.packed/3"
+    SUBJECT: ClassVar[str] = "kvbench.records.{run_id}.{job_id}"
+    run_id: str
+    job_id: str
+    shard: str
+    count: int = Field(ge=0, description="records in the batch")
+    arrays: dict[str, bytes] = Field(default_factory=dict, exclude=True, description="by name; sent after the head")
+
+    @classmethod
+    def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsColumnar:
+        arrays = encode_scalar_columns({name: [getattr(r, name) for r in records] for name in SCALAR_KINDS})
+        offsets = [0]
+        times: list[float] = []
+        tokens: list[int] = []
+        for r in records:
+            times.extend(r.chunk_times_s)
+            tokens.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times_s) else [1] * len(r.chunk_times_s))
+            offsets.append(len(times))
+        arrays["chunk_offsets"] = pack_chunks(OFFSETS_TYPECODE, offsets)
+        arrays["chunk_times"] = pack_chunks(TIMES_TYPECODE, times)
+        arrays["chunk_tokens"] = pack_chunks(COUNTS_TYPECODE, tokens)
+        return cls(run_id=run_id, job_id=job_id, shard=shard, count=len(records), arrays=arrays)
+
+    def to_bytes(self) -> bytes:
+        head = self.model_dump_json(by_alias=True).encode()  # compact: no newline inside
+        layout = json.dumps([[name, len(data)] for name, data in self.arrays.items()]).encode()
+        return b"".join((head[:-1], b',"binary":', layout, b"}\n", *self.arrays.values()))
+
+    @classmethod
+    def from_bytes(cls, body: bytes) -> RecordsColumnar:
+        """The message from its body; raises ValueError when it is not one (the arrays do not match the head)."""
+        head, arrays = split_columnar_records(body)
+        return cls.model_validate({**head, "arrays": {name: bytes(view) for name, view in arrays.items()}})
+
+    def to_records(self) -> list[RequestRecord]:
+        columns = decode_scalar_columns(self.arrays, self.count)
+        offsets = unpack_chunks(OFFSETS_TYPECODE, self.arrays.get("chunk_offsets", b""))
+        times = unpack_chunks(TIMES_TYPECODE, self.arrays.get("chunk_times", b""))
+        tokens = unpack_chunks(COUNTS_TYPECODE, self.arrays.get("chunk_tokens", b""))
+        if len(offsets) != self.count + 1:
+            raise ValueError(f"{len(offsets) - 1} chunk offsets for {self.count} records")
+        return [
+            RequestRecord.model_validate(
+                {
+                    **{name: values[i] for name, values in columns.items()},
+                    "job_id": self.job_id,
+                    "shard": self.shard,
+                    "chunk_times_s": times[int(offsets[i]) : int(offsets[i + 1])],
+                    "chunk_tokens": tokens[int(offsets[i]) : int(offsets[i + 1])],
+                }
+            )
+            for i in range(self.count)
+        ]
+
+
+def split_columnar_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str, Any], dict[str, memoryview]]:
+    """A RecordsColumnar body as (its JSON head, its arrays by name), each array a view of the body (no copy);
+    ``loads``: a faster JSON parser where one is at hand. Raises ValueError when the arrays do not add up to the
+    body's length or a name repeats."""
+    cut = body.find(b"\n")
+    if cut < 0:
+        raise ValueError("columnar records: no head line")
+    head = loads(body[:cut])
+    layout = head.get("binary") if isinstance(head, dict) else None
+    if not isinstance(layout, list):
+        raise ValueError("columnar records: no array layout in the head")  # noqa: TRY004  # a bad message, not a bad call
+    arrays: dict[str, memoryview] = {}
+    rest, at = memoryview(body), cut + 1
+    for entry in layout:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], int)
+                and entry[1] >= 0):  # fmt: skip
+            raise ValueError(f"columnar records: a layout entry is not [name, bytes]: {entry!r}")
+        name, size = entry
+        if name in arrays:
+            raise ValueError(f"columnar records: the array {name} comes twice")
+        arrays[name] = rest[at : at + size]
+        at += size
+    if at != len(body):
+        raise ValueError("columnar records: the arrays do not match the lengths in the head")
+    return head, arrays
 
 
 def split_binary_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str, Any], bytes, bytes, bytes]:

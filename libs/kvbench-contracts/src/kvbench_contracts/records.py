@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import struct
 import sys
+import types
 from array import array
-from typing import Final, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "COUNTS_TYPECODE",
+    "NULLABLE_COLUMNS",
     "OFFSETS_TYPECODE",
     "PACKED_COLUMNS",
     "RECORD_COLUMNS",
+    "SCALAR_KINDS",
     "TIMES_TYPECODE",
+    "ColumnKind",
     "RequestRecord",
     "chunk_size",
+    "decode_scalar_columns",
+    "encode_scalar_columns",
     "pack_chunks",
     "unpack_chunks",
 ]
@@ -113,3 +122,123 @@ RECORD_COLUMNS: tuple[str, ...] = (
 PACKED_COLUMNS: tuple[str, ...] = tuple(
     c for c in RECORD_COLUMNS if c not in ("job_id", "run_id", "shard", "chunk_times_s", "chunk_tokens")
 )
+
+
+# -- the columnar batch format (RecordsColumnar): every per-request scalar column as a little-endian machine array ---
+# A consumer takes each array as it is (the reporter wraps the bytes as Arrow arrays without a Python object per
+# value); JSON lists of 500 values cost a parse and a conversion per value on both sides (issue 18).
+ColumnKind = Literal["text", "i4", "f8", "bool"]
+# how each per-request scalar column travels; text is UTF-8 with int32 offsets (``NAME.offsets``), i4 int32, f8
+# float64, bool one byte 0/1. A nullable column also carries ``NAME.valid``: one byte a request, 0 for null (the
+# value slot then holds 0). A float that is not finite travels as null, as in JSON.
+SCALAR_KINDS: Final[Mapping[str, ColumnKind]] = {
+    "request_id": "text",
+    "workload": "text",
+    "session_id": "text",
+    "turn": "i4",
+    "start_s": "f8",
+    "ttft_s": "f8",
+    "e2e_s": "f8",
+    "prompt_tokens": "i4",
+    "output_tokens": "i4",
+    "cached_tokens": "i4",
+    "ok": "bool",
+    "error": "text",
+    "connect_s": "f8",
+}
+_TYPECODES: Final[Mapping[ColumnKind, str]] = {"i4": "i", "f8": "d", "bool": "B"}
+
+
+def _admits_none(name: str) -> bool:
+    annotation = RequestRecord.model_fields[name].annotation
+    return isinstance(annotation, types.UnionType) and type(None) in get_args(annotation)
+
+
+# the scalar columns a record may leave null (their fields admit None): the one answer for both sides
+NULLABLE_COLUMNS: Final[frozenset[str]] = frozenset(name for name in SCALAR_KINDS if _admits_none(name))
+
+
+def _little(values: array[Any]) -> bytes:
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes()
+
+
+def encode_scalar_columns(columns: Mapping[str, Sequence[Any]]) -> dict[str, bytes]:
+    """Each column of SCALAR_KINDS (a value per request) as its arrays, by array name. Raises TypeError or
+    ValueError on a value its kind cannot hold (a fractional count, text that is not a str)."""
+    arrays: dict[str, bytes] = {}
+    for name, kind in SCALAR_KINDS.items():
+        values = columns[name]
+        data: array[Any] | None
+        if kind == "f8":
+            valid = [v is not None and math.isfinite(v) for v in values]
+            data = array("d", [v if ok else 0.0 for v, ok in zip(values, valid, strict=True)])
+        else:
+            valid = [v is not None for v in values]
+            if kind == "text":
+                encoded = [v.encode() if isinstance(v, str) else _text_or_null(name, v) for v in values]
+                offsets = array("i", [0])
+                total = 0
+                for part in encoded:
+                    total += len(part)
+                    offsets.append(total)
+                arrays[f"{name}.offsets"] = _little(offsets)
+                arrays[name] = b"".join(encoded)
+                data = None
+            else:
+                try:
+                    data = array(_TYPECODES[kind], [0 if v is None else v for v in values])
+                except OverflowError as exc:
+                    raise ValueError(f"{name} holds a value out of its range: {exc}") from exc
+        if data is not None:
+            arrays[name] = _little(data)
+        if name in NULLABLE_COLUMNS:
+            arrays[f"{name}.valid"] = bytes(valid)
+        elif not all(valid):
+            raise ValueError(f"{name} is null where a value is required")
+    return arrays
+
+
+def _text_or_null(name: str, value: object) -> bytes:
+    if value is None:
+        return b""
+    raise TypeError(f"{name} holds {type(value).__name__} where text belongs")
+
+
+def decode_scalar_columns(arrays: Mapping[str, bytes | memoryview], count: int) -> dict[str, list[object]]:
+    """The columns back as Python values (a column a producer left out: all null); the inverse of
+    encode_scalar_columns, for readers outside the hot path. Raises ValueError when an array's length does not
+    match ``count``."""
+    columns: dict[str, list[object]] = {}
+    for name, kind in SCALAR_KINDS.items():
+        values: list[object]
+        if name not in arrays:
+            if name not in NULLABLE_COLUMNS:
+                raise ValueError(f"a columnar batch without its {name}")
+            columns[name] = [None] * count
+            continue
+        if kind == "text":
+            offsets = array("i")
+            offsets.frombytes(arrays[f"{name}.offsets"])
+            if sys.byteorder != "little":
+                offsets.byteswap()
+            if len(offsets) != count + 1:
+                raise ValueError(f"{name}: {len(offsets) - 1} offsets for {count} records")
+            data = bytes(arrays[name])
+            values = [data[a:b].decode() for a, b in itertools.pairwise(offsets)]
+        else:
+            typed = array(_TYPECODES[kind])
+            typed.frombytes(arrays[name])
+            if sys.byteorder != "little":
+                typed.byteswap()
+            if len(typed) != count:
+                raise ValueError(f"{name}: {len(typed)} values for {count} records")
+            values = [bool(v) for v in typed] if kind == "bool" else list(typed.tolist())
+        valid = arrays.get(f"{name}.valid")
+        if valid is not None:
+            if len(valid) != count:
+                raise ValueError(f"{name}.valid: {len(valid)} flags for {count} records")
+            values = [v if flag else None for v, flag in zip(values, valid, strict=True)]
+        columns[name] = values
+    return columns

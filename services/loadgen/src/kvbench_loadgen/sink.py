@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from kvbench_contracts.events import RecordsBinary
+from kvbench_contracts.events import RecordsColumnar
 from kvbench_contracts.records import RequestRecord
 from kvbench_core.bus import Bus
 
@@ -50,7 +50,7 @@ class RecordSink:
         while self._buffer:
             batch, self._buffer, self._bytes = self._buffer, [], 0
             run_id, job_id, shard = self._ids
-            message = RecordsBinary.from_records(run_id, job_id, shard, batch)
+            message = RecordsColumnar.from_records(run_id, job_id, shard, batch)
             for attempt in range(10):
                 try:
                     await self._bus.publish(message)  # same event id on retry: JetStream drops duplicates

@@ -21,11 +21,13 @@ from kvbench_contracts.events import (
     NodeRegistered,
     RecordsBatch,
     RecordsBinary,
+    RecordsColumnar,
     RecordsPacked,
     RunFinished,
     RunStarted,
     RunSubmitted,
     split_binary_records,
+    split_columnar_records,
 )
 from kvbench_contracts.records import (
     OFFSETS_TYPECODE,
@@ -33,7 +35,7 @@ from kvbench_contracts.records import (
     RECORD_COLUMNS,
 )
 from kvbench_contracts.registry import messages_in
-from kvbench_reporter.record_tables import chunk_columns, per_record_chunks, records_table
+from kvbench_reporter.record_tables import chunk_columns, columnar_arrays, per_record_chunks, records_table
 from kvbench_reporter.store import Conn, RecordBatch, Store
 
 __all__ = ["CONTROL_MODELS", "Ingestor"]
@@ -45,13 +47,16 @@ OnRunFinished = Callable[[str], Awaitable[None]]
 
 _OFFSET_BYTES = struct.calcsize("<" + OFFSETS_TYPECODE)
 _CHUNKS = ("chunk_times_s", "chunk_tokens")
+_COLUMNAR_MARK = f'"schema":"{RecordsColumnar.SCHEMA}"'.encode()
 
 
 def decode_batch(body: bytes) -> tuple[RecordBatch, datetime]:
     """A record batch body (packed or one JSON object per record) as its stored rows (an Arrow table in
     RECORD_COLUMNS order), keyed by the message's event id, and when it was sent; raises on anything that is not
     one, or that holds a value the table would refuse."""
-    if b"\n" in body:  # a JSON head line, then the arrays: the binary form (compact JSON has no raw newline)
+    if b"\n" in body:  # a JSON head line, then the arrays: a binary form (compact JSON has no raw newline)
+        if _COLUMNAR_MARK in body[: body.find(b"\n")]:
+            return _columnar_table(*split_columnar_records(body, orjson.loads))
         head, *arrays = split_binary_records(body, orjson.loads)
         if head.get("schema") != RecordsBinary.SCHEMA:
             raise ValueError(f"not a records batch: {head.get('schema')!r}")
@@ -82,6 +87,44 @@ def decode_batch(body: bytes) -> tuple[RecordBatch, datetime]:
     jobs = set(table.column("job_id").to_pylist())
     job_id = str(jobs.pop()) if len(jobs) == 1 else None
     return RecordBatch(event_id, run_id, job_id, table), datetime.fromisoformat(str(raw["occurred_at"]))
+
+
+def _columnar_table(head: dict[str, Any], arrays: dict[str, memoryview]) -> tuple[RecordBatch, datetime]:
+    """The stored rows of a columnar batch: every column wrapped over the message's own arrays."""
+    if head.get("schema") != RecordsColumnar.SCHEMA:
+        raise ValueError(f"not a records batch: {head.get('schema')!r}")
+    run_id, job_id, shard, event_id = (
+        str(head["run_id"]),
+        str(head["job_id"]),
+        str(head["shard"]),
+        str(head["event_id"]),
+    )
+    count = head["count"]
+    if not isinstance(count, int) or count < 0:
+        raise ValueError(f"a columnar batch's count is {count!r}")
+    offsets_b = arrays.get("chunk_offsets", memoryview(b""))
+    if len(offsets_b) != (count + 1) * _OFFSET_BYTES:
+        raise ValueError("packed chunk offsets do not match the records")
+    columns: dict[str, Sequence[object] | pa.Array] = dict(columnar_arrays(arrays, count))
+    columns["job_id"], columns["run_id"], columns["shard"] = (
+        _repeated(job_id, count),
+        _repeated(run_id, count),
+        _repeated(shard, count),
+    )
+    columns["chunk_times_s"], columns["chunk_tokens"] = chunk_columns(
+        np.frombuffer(offsets_b, dtype="<" + OFFSETS_TYPECODE),
+        arrays.get("chunk_times", b""),
+        arrays.get("chunk_tokens", b""),
+    )
+    table = records_table(columns, count)
+    return RecordBatch(event_id, run_id, job_id, table), datetime.fromisoformat(str(head["occurred_at"]))
+
+
+def _repeated(text: str, count: int) -> pa.Array:
+    """One text ``count`` times, as a string column built from its buffers (no list of ``count`` references)."""
+    raw = text.encode()
+    offsets = np.arange(count + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(raw * count)])
 
 
 def _packed_table(raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: bytes) -> tuple[RecordBatch, datetime]:
