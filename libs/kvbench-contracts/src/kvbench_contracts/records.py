@@ -170,40 +170,64 @@ def encode_scalar_columns(columns: Mapping[str, Sequence[Any]]) -> dict[str, byt
     arrays: dict[str, bytes] = {}
     for name, kind in SCALAR_KINDS.items():
         values = columns[name]
-        data: array[Any] | None
-        if kind == "f8":
-            valid = [v is not None and math.isfinite(v) for v in values]
-            data = array("d", [v if ok else 0.0 for v, ok in zip(values, valid, strict=True)])
-        else:
-            valid = [v is not None for v in values]
-            if kind == "text":
-                encoded = [v.encode() if isinstance(v, str) else _text_or_null(name, v) for v in values]
-                offsets = array("i", [0])
-                total = 0
-                for part in encoded:
-                    total += len(part)
-                    offsets.append(total)
-                arrays[f"{name}.offsets"] = _little(offsets)
-                arrays[name] = b"".join(encoded)
-                data = None
-            else:
-                try:
-                    data = array(_TYPECODES[kind], [0 if v is None else v for v in values])
-                except OverflowError as exc:
-                    raise ValueError(f"{name} holds a value out of its range: {exc}") from exc
-        if data is not None:
-            arrays[name] = _little(data)
+        # the common case, no null and no float that is not finite, converts in C at once; a null or a value of
+        # the wrong type stops it (TypeError) and the column is taken value by value, where a wrong type raises
+        converted = _at_once(name, kind, values)
+        valid: list[bool] | None = None
+        if converted is None:
+            valid = (
+                [False] * len(values)  # a column nobody filled (errors, connect times): no test of each value
+                if values.count(None) == len(values)
+                else [v is not None and (kind != "f8" or math.isfinite(v)) for v in values]
+            )
+            if name not in NULLABLE_COLUMNS and not all(valid):
+                raise ValueError(f"{name} is null where a value is required")
+            values = [v if ok else _EMPTY[kind] for v, ok in zip(values, valid, strict=True)]
+            converted = _value_by_value(name, kind, values)
+        arrays.update(converted)
         if name in NULLABLE_COLUMNS:
-            arrays[f"{name}.valid"] = bytes(valid)
-        elif not all(valid):
-            raise ValueError(f"{name} is null where a value is required")
+            arrays[f"{name}.valid"] = b"\x01" * len(values) if valid is None else bytes(valid)
     return arrays
 
 
-def _text_or_null(name: str, value: object) -> bytes:
-    if value is None:
-        return b""
-    raise TypeError(f"{name} holds {type(value).__name__} where text belongs")
+def _at_once(name: str, kind: ColumnKind, values: Sequence[Any]) -> dict[str, bytes] | None:
+    try:
+        if kind == "text":
+            joined = "".join(values)
+            data = joined.encode()
+            if len(data) != len(joined):  # not all ASCII: byte offsets are not character offsets
+                return None
+            offsets = array("i", itertools.accumulate(map(len, values), initial=0))
+            return {f"{name}.offsets": _little(offsets), name: data}
+        numbers = array(_TYPECODES[kind], values)
+    except TypeError:
+        return None
+    except OverflowError as exc:
+        raise ValueError(f"{name} holds a value out of its range: {exc}") from exc
+    if kind == "f8" and not math.isfinite(sum(numbers)):  # a NaN or an infinity inside (or a sum past 1e308)
+        return None
+    return {name: _little(numbers)}
+
+
+def _value_by_value(name: str, kind: ColumnKind, values: Sequence[Any]) -> dict[str, bytes]:
+    if kind == "text":
+        encoded = [_utf8(name, v) for v in values]
+        offsets = array("i", itertools.accumulate(map(len, encoded), initial=0))
+        return {f"{name}.offsets": _little(offsets), name: b"".join(encoded)}
+    try:
+        return {name: _little(array(_TYPECODES[kind], values))}
+    except OverflowError as exc:
+        raise ValueError(f"{name} holds a value out of its range: {exc}") from exc
+
+
+# what a null's slot holds in each kind's array (its flag says it is null)
+_EMPTY: Final[Mapping[ColumnKind, object]] = {"text": "", "i4": 0, "f8": 0.0, "bool": False}
+
+
+def _utf8(name: str, value: object) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} holds {type(value).__name__} where text belongs")
+    return value.encode()
 
 
 def decode_scalar_columns(arrays: Mapping[str, bytes | memoryview], count: int) -> dict[str, list[object]]:
