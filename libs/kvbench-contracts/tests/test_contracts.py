@@ -160,22 +160,15 @@ def test_packed_records_round_trip_exactly() -> None:
     assert packed.subject() == "kvbench.records.R.J"
     again = RecordsPacked.model_validate_json(packed.to_bytes())
     assert again.to_records() == records
-    # the binary form: a JSON head line, then the arrays as they are
-    binary = RecordsBinary.from_records("R", "J", "lg", records)
-    assert binary.subject() == packed.subject()
-    body = binary.to_bytes()
-    assert body.count(b"\n", 0, body.index(b"\n") + 1) == 1
-    assert RecordsBinary.from_bytes(body).to_records() == records
-    with pytest.raises(ValueError, match="do not match"):
-        RecordsBinary.from_bytes(body[:-4])  # a truncated body is refused, not read short
-    # the columnar form (what the load generator sends): every column an array after the head line
-    columnar = RecordsColumnar.from_records("R", "J", "lg", records)
-    assert columnar.subject() == packed.subject()
-    body = columnar.to_bytes()
-    assert body.count(b"\n", 0, body.index(b"\n") + 1) == 1
-    assert RecordsColumnar.from_bytes(body).to_records() == records
-    with pytest.raises(ValueError, match="do not match"):
-        RecordsColumnar.from_bytes(body[:-4])
+    # the binary forms: a JSON head line, then the arrays as they are (the chunk arrays; columnar: every column)
+    for form in (RecordsBinary, RecordsColumnar):
+        binary = form.from_records("R", "J", "lg", records)
+        assert binary.subject() == packed.subject()
+        body = binary.to_bytes()
+        assert body.count(b"\n", 0, body.index(b"\n") + 1) == 1
+        assert form.from_bytes(body).to_records() == records
+        with pytest.raises(ValueError, match="do not match"):
+            form.from_bytes(body[:-4])  # a truncated body is refused, not read short
 
 
 def test_the_columnar_form_refuses_what_its_arrays_cannot_hold() -> None:

@@ -293,6 +293,19 @@ def _unpack(kind: ChunkKind, text: str) -> list[Any]:
     return unpack_chunks(kind, base64.b64decode(text))
 
 
+def _flat_chunks(records: list[RequestRecord]) -> tuple[list[int], list[float], list[int]]:
+    """Every record's chunk times and token counts end to end, and where each record's begin (one more offset than
+    records). Token counts that do not match the times (a producer that left them out) count one a chunk."""
+    offsets = [0]
+    times: list[float] = []
+    tokens: list[int] = []
+    for r in records:
+        times.extend(r.chunk_times_s)
+        tokens.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times_s) else [1] * len(r.chunk_times_s))
+        offsets.append(len(times))
+    return offsets, times, tokens
+
+
 class _RecordColumns(Envelope):
     """The per-request columns both packed forms carry (no schema of its own: never sent as itself)."""
 
@@ -320,13 +333,7 @@ class _RecordColumns(Envelope):
     ) -> Self:
         """The batch: scalar columns, and the chunk arrays flattened with each request's offsets, each array as
         ``encode`` writes it (base64 text or raw bytes, by form)."""
-        offsets = [0]
-        times: list[float] = []
-        tokens: list[int] = []
-        for r in records:
-            times.extend(r.chunk_times_s)
-            tokens.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times_s) else [1] * len(r.chunk_times_s))
-            offsets.append(len(times))
+        offsets, times, tokens = _flat_chunks(records)
         return cls.model_validate(
             {
                 "run_id": run_id,
@@ -450,13 +457,7 @@ class RecordsColumnar(Envelope):
     @classmethod
     def from_records(cls, run_id: str, job_id: str, shard: str, records: list[RequestRecord]) -> RecordsColumnar:
         arrays = encode_scalar_columns({name: [getattr(r, name) for r in records] for name in SCALAR_KINDS})
-        offsets = [0]
-        times: list[float] = []
-        tokens: list[int] = []
-        for r in records:
-            times.extend(r.chunk_times_s)
-            tokens.extend(r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times_s) else [1] * len(r.chunk_times_s))
-            offsets.append(len(times))
+        offsets, times, tokens = _flat_chunks(records)
         arrays["chunk_offsets"] = pack_chunks(OFFSETS_TYPECODE, offsets)
         arrays["chunk_times"] = pack_chunks(TIMES_TYPECODE, times)
         arrays["chunk_tokens"] = pack_chunks(COUNTS_TYPECODE, tokens)
