@@ -4,8 +4,9 @@ Method: embedded NATS and PostgreSQL on this machine; N records (32-token output
 published first in columnar batches of 500 (RecordsColumnar, as the load generator sends them); then the
 reporter's records consumer (durable pull, two batches in flight, every column an Arrow array over the message's own
 bytes, written by ADBC's PostgreSQL driver as one binary COPY) is started and timed until every row is in
-PostgreSQL. Several rounds (fresh data each), median reported: this
-shared machine is noisy. Baselines in the same run: the reporter's writer alone from memory (no bus), and asyncpg's
+PostgreSQL. Several rounds (fresh data each), median reported: this shared machine is noisy. Each round first
+times the same ingestion with the load generator's previous form (RecordsBinary), the baseline. Other baselines in
+the same run: the reporter's writer alone from memory (no bus), and asyncpg's
 COPY of the same rows as Python tuples (what the reporter did before), decoding alone per record, the binary form
 and the columnar form against the previous ones (RecordsBinary: scalar columns as JSON lists, what the load generator
 sent before; RecordsPacked: the same with base64 arrays), COPY alone into the previous schema's
@@ -187,7 +188,12 @@ def worker(nats_url: str, dsn: str, stored: Any, ready: Any, go: Any, tag: str, 
 
 
 async def one_round(
-    bus: Bus, store: Store, servers: tuple[EmbeddedNats, EmbeddedPostgres], records: list[RequestRecord], tag: str
+    bus: Bus,
+    store: Store,
+    servers: tuple[EmbeddedNats, EmbeddedPostgres],
+    records: list[RequestRecord],
+    tag: str,
+    form: type[RecordsColumnar] | type[RecordsBinary] = RecordsColumnar,
 ) -> tuple[float, dict[str, float | None]]:
     """Publish every record, then time the reporter process(es) draining them into PostgreSQL; returns the time and
     the CPU seconds each party spent meanwhile (the reporters, PostgreSQL's processes, the NATS server)."""
@@ -201,7 +207,7 @@ async def one_round(
     await store.pool.execute("CHECKPOINT")
     pending = []
     for start in range(0, N, BATCH):
-        msg = RecordsColumnar.from_records("R", "J1", "s", records[start : start + BATCH])
+        msg = form.from_records("R", "J1", "s", records[start : start + BATCH])
         pending.append(bus.js.publish(msg.subject(), msg.to_bytes(), headers={"Nats-Msg-Id": msg.event_id}))
         if len(pending) >= 64:
             await asyncio.gather(*pending)
@@ -242,6 +248,7 @@ async def main() -> None:
             await store.pool.execute("CREATE TABLE keyed_records (LIKE request_records)")
             await store.pool.execute("ALTER TABLE keyed_records ADD PRIMARY KEY (run_id, job_id, request_id)")
             ingest_rates: list[float] = []
+            previous_form_rates: list[float] = []
             cpu_us: dict[str, list[float]] = {"reporter": [], "postgresql": [], "nats": []}
             copy_rates: list[float] = []
             writer_rates: list[float] = []
@@ -250,6 +257,9 @@ async def main() -> None:
             build_us: list[float] = []
             for round_no in range(ROUNDS):
                 records = make_records("J1", N)  # fresh request ids: each round is new data, not a redelivery
+                # baseline first, in the same round: the load generator's previous form (scalar columns as JSON)
+                baseline_s, _ = await one_round(bus, store, (nats, pg), records, f"b{round_no}", RecordsBinary)
+                previous_form_rates.append(N / baseline_s)
                 ingest_s, spent = await one_round(bus, store, (nats, pg), records, f"r{round_no}")
                 ingest_rates.append(N / ingest_s)
                 for party, seconds in spent.items():
@@ -296,6 +306,11 @@ async def main() -> None:
             f"ingestion JetStream -> PostgreSQL, {WORKERS} reporter process(es): median "
             f"{statistics.median(ingest_rates):,.0f} records/s (goal 100,000); rounds: "
             + ", ".join(f"{r:,.0f}" for r in ingest_rates)
+        )
+        print(
+            "baseline, the same with the previous form (RecordsBinary: scalar columns as JSON lists): median "
+            f"{statistics.median(previous_form_rates):,.0f} records/s; rounds: "
+            + ", ".join(f"{r:,.0f}" for r in previous_form_rates)
         )
         if all(cpu_us.values()):
             per_record = {party: statistics.median(values) for party, values in cpu_us.items()}
