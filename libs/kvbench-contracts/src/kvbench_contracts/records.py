@@ -8,7 +8,7 @@ import struct
 import sys
 import types
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -197,13 +197,10 @@ def _at_once(name: str, kind: ColumnKind, values: Sequence[Any]) -> dict[str, by
             data = joined.encode()
             if len(data) != len(joined):  # not all ASCII: byte offsets are not character offsets
                 return None
-            offsets = array("i", itertools.accumulate(map(len, values), initial=0))
-            return {f"{name}.offsets": _little(offsets), name: data}
-        numbers = array(_TYPECODES[kind], values)
+            return _text(name, map(len, values), data)
+        numbers = _numbers(name, kind, values)
     except TypeError:
         return None
-    except OverflowError as exc:
-        raise ValueError(f"{name} holds a value out of its range: {exc}") from exc
     if kind == "f8" and not math.isfinite(sum(numbers)):  # a NaN or an infinity inside (or a sum past 1e308)
         return None
     return {name: _little(numbers)}
@@ -212,10 +209,17 @@ def _at_once(name: str, kind: ColumnKind, values: Sequence[Any]) -> dict[str, by
 def _value_by_value(name: str, kind: ColumnKind, values: Sequence[Any]) -> dict[str, bytes]:
     if kind == "text":
         encoded = [_utf8(name, v) for v in values]
-        offsets = array("i", itertools.accumulate(map(len, encoded), initial=0))
-        return {f"{name}.offsets": _little(offsets), name: b"".join(encoded)}
+        return _text(name, map(len, encoded), b"".join(encoded))
+    return {name: _little(_numbers(name, kind, values))}
+
+
+def _text(name: str, lengths: Iterable[int], data: bytes) -> dict[str, bytes]:
+    return {f"{name}.offsets": _little(array("i", itertools.accumulate(lengths, initial=0))), name: data}
+
+
+def _numbers(name: str, kind: ColumnKind, values: Sequence[Any]) -> array[Any]:
     try:
-        return {name: _little(array(_TYPECODES[kind], values))}
+        return array(_TYPECODES[kind], values)
     except OverflowError as exc:
         raise ValueError(f"{name} holds a value out of its range: {exc}") from exc
 

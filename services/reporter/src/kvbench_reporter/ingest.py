@@ -106,11 +106,7 @@ def _columnar_table(head: dict[str, Any], arrays: dict[str, memoryview]) -> tupl
     if len(offsets_b) != (count + 1) * _OFFSET_BYTES:
         raise ValueError("packed chunk offsets do not match the records")
     columns: dict[str, Sequence[object] | pa.Array] = dict(columnar_arrays(arrays, count))
-    columns["job_id"], columns["run_id"], columns["shard"] = (
-        _repeated(job_id, count),
-        _repeated(run_id, count),
-        _repeated(shard, count),
-    )
+    columns.update(_batch_ids(job_id=job_id, run_id=run_id, shard=shard, count=count))
     columns["chunk_times_s"], columns["chunk_tokens"] = chunk_columns(
         np.frombuffer(offsets_b, dtype="<" + OFFSETS_TYPECODE),
         arrays.get("chunk_times", b""),
@@ -118,6 +114,11 @@ def _columnar_table(head: dict[str, Any], arrays: dict[str, memoryview]) -> tupl
     )
     table = records_table(columns, count)
     return RecordBatch(event_id, run_id, job_id, table), datetime.fromisoformat(str(head["occurred_at"]))
+
+
+def _batch_ids(*, count: int, **ids: str) -> dict[str, pa.Array]:
+    """The columns a packed batch carries once (its job, run and shard), repeated for each of its records."""
+    return {name: _repeated(value, count) for name, value in ids.items()}
 
 
 def _repeated(text: str, count: int) -> pa.Array:
@@ -139,7 +140,7 @@ def _packed_table(raw: dict[str, Any], offsets_b: bytes, times: bytes, tokens: b
         name: raw[name] for name in PACKED_COLUMNS if name != "connect_s"
     }
     columns["connect_s"] = raw.get("connect_s") or [None] * count  # a producer older than the field sends none
-    columns["job_id"], columns["run_id"], columns["shard"] = [job_id] * count, [run_id] * count, [shard] * count
+    columns.update(_batch_ids(job_id=job_id, run_id=run_id, shard=shard, count=count))
     columns["chunk_times_s"], columns["chunk_tokens"] = chunk_columns(offsets, times, tokens)
     table = records_table(columns, count)
     return RecordBatch(event_id, run_id, job_id, table), datetime.fromisoformat(str(raw["occurred_at"]))
