@@ -105,7 +105,10 @@ async def test_request_rate_reaches_its_target_and_counts_what_it_could_not_send
     _, router = mock
     source = build_source({"shape": "shared_prompt", "synthetic": {"prefix_tokens": 4, "output_tokens": 2}}, users=1)
     driver, records = await _drive(_config(mode="request_rate", load_level=200, duration_s=1.0, seed=7), source, router)
-    assert 150 <= len(records) <= 250  # Poisson: 200 +- 3.5 sigma
+    # every arrival of the schedule (Poisson: 200 +- 3.5 sigma) is sent, or counted as reached after the load's end
+    assert 150 <= len(records) + driver.result.late_arrivals <= 250
+    if _on_time():  # a busy machine may reach arrivals too late to send: then the client's figures are flagged
+        assert 150 <= len(records) <= 250
     assert driver.result.skipped_arrivals == 0
     finite = build_source({"shape": "document_reuse", "documents": {"count": 5, "tokens": 8, "rounds": 1}}, users=1)
     driver, records = await _drive(_config(mode="request_rate", load_level=500, duration_s=0.5), finite, router)
