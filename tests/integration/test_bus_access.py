@@ -113,6 +113,14 @@ async def test_a_load_generator_and_the_reporter_publish_only_what_they_produce(
     ):
         await loadgen.publish(JobStarted(job_id="J1", run_id="R", workload="w", shard="loadgen-0"))  # its own fact
         assert await _stored(bus_url, "KVBENCH_CONTROL", "kvbench.job.J1.started")
+        # it reads its peers' heartbeats (to leave a job's second shard to a free one), and writes only its own
+        heartbeats = await loadgen.kv("kvbench_loadgens")
+        await heartbeats.put("loadgen-0", b'{"loadgen_id": "loadgen-0", "at": 0}')
+        async with Bus.connect(bus_url, name="admin-beat", auth=_auth("admin")) as admin:
+            await (await admin.kv("kvbench_loadgens")).put("loadgen-9", b'{"loadgen_id": "loadgen-9", "at": 0}')
+        assert sorted(await loadgen.kv_values("kvbench_loadgens")) == ["loadgen-0", "loadgen-9"]
+        with pytest.raises(nats.errors.TimeoutError):
+            await (await loadgen.nc.jetstream(timeout=1.0).key_value("kvbench_loadgens")).put("loadgen-9", b"{}")
         for client in (loadgen, reporter):
             with pytest.raises(nats.errors.TimeoutError):
                 await client.publish(_start("gpu1"), retry_for_s=0.5)

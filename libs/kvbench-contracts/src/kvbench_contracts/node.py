@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.events import NodeInventory
 
-__all__ = ["Heartbeat", "LoadgenHeartbeat", "shard_key"]
+__all__ = ["Heartbeat", "LoadgenHeartbeat", "parse_shard_key", "shard_key"]
 
 
 class Heartbeat(BaseModel):
@@ -23,6 +23,12 @@ class Heartbeat(BaseModel):
 def shard_key(job_id: str, shard_index: int) -> str:
     """One shard of one job, as a load generator's heartbeat lists it."""
     return f"{job_id}#{shard_index}"
+
+
+def parse_shard_key(key: str) -> tuple[str, int]:
+    """A ``shard_key``'s job id and shard index."""
+    job_id, _, index = key.rpartition("#")
+    return job_id, int(index)
 
 
 class LoadgenHeartbeat(BaseModel):

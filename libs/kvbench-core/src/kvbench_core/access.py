@@ -96,7 +96,8 @@ KV_READS: dict[Role, tuple[str, ...]] = {
         "kvbench_switches",
     ),
     "reporter": ("kvbench_switches",),
-    "loadgen": (),
+    # the other load generators' heartbeats: a second shard of a job it already runs is left to a free one
+    "loadgen": ("kvbench_loadgens",),
     "switch_poller": ("kvbench_switches", "kvbench_secrets"),
     "node_agent": (),
     "sim_switch": (),

@@ -6,7 +6,8 @@
   retried publish is dropped by JetStream's duplicate window.
 - ``subscribe`` runs a durable pull consumer: batches are fetched, each message is decoded by its
   ``schema`` field into the registered model; undecodable messages are terminated and counted (poison),
-  handler errors are nak'ed with an exponential back-off, successes are acked.
+  handler errors are nak'ed with an exponential back-off, successes are acked; a handler that raises
+  ``LeaveForOthers`` has its message redelivered after the delay it names, to whichever consumer asks first.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from kvbench_core.bus_errors import TRANSIENT_BUS_ERRORS
 from kvbench_core.kvmirror import KvMirror, kv_subject_counts
 from kvbench_core.metrics import metric_name
 
-__all__ = ["TRANSIENT_BUS_ERRORS", "Bus", "BusMetrics", "NatsAuth", "Subscription", "nats_servers"]
+__all__ = ["TRANSIENT_BUS_ERRORS", "Bus", "BusMetrics", "LeaveForOthers", "NatsAuth", "Subscription", "nats_servers"]
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,15 @@ class BusMetrics:
             ["durable"],
             registry=registry,
         )
+
+
+class LeaveForOthers(Exception):  # noqa: N818 (a decision, not an error)
+    """Raised by a work-queue handler that would rather another consumer took this message (it is busy with the
+    same job): the message is nak'ed with ``delay_s`` and comes back to whichever consumer asks first."""
+
+    def __init__(self, delay_s: float, why: str) -> None:
+        super().__init__(why)
+        self.delay_s = delay_s
 
 
 def backoff_s(num_delivered: int, base: float = 0.5, cap: float = 30.0) -> float:
@@ -305,6 +315,10 @@ class Bus:
             for msg, event in items:
                 try:
                     await handler(event)
+                except LeaveForOthers as left:
+                    log.info("message left for another consumer", extra={"durable": durable, "why": str(left)})
+                    await msg.nak(delay=left.delay_s)
+                    continue
                 except Exception:
                     delivered = msg.metadata.num_delivered if msg.metadata else 1
                     log.exception("handler failed; will retry", extra={"durable": durable, "schema": event.schema_name})

@@ -9,7 +9,7 @@ import math
 
 from kvbench_contracts.commands import RunLoad
 from kvbench_contracts.events import JobFailed, JobFinished, JobProgressed, JobStarted
-from kvbench_contracts.node import shard_key
+from kvbench_contracts.node import parse_shard_key, shard_key
 from kvbench_core.bus import Bus
 from kvbench_loadgen.capacity import pool_kv_capacity_tokens
 from kvbench_loadgen.driver import DriveConfig, Driver, to_record
@@ -74,6 +74,9 @@ class JobRunner:
             self._run_of.pop(key, None)
 
     async def _drive(self, cmd: RunLoad, shard: str) -> None:
+        me = shard_key(cmd.job_id, cmd.shard_index)
+        others = [parse_shard_key(key) for key in self.active if key != me]
+        beside = sorted(index + 1 for job_id, index in others if job_id == cmd.job_id)
         traffic = cmd.traffic.model_dump(mode="json")
         arrivals = traffic.get("arrivals") or {}
         mode = str(arrivals.get("mode", "closed_loop"))
@@ -152,6 +155,12 @@ class JobRunner:
             await sink.close()
         lags = sorted(result.replay_lags_s)
         notes = list(source.notes)
+        if beside:
+            notes.append(
+                f"shard {cmd.shard_index + 1} of {cmd.shards} ran on load generator {shard} beside shard(s) "
+                f"{', '.join(map(str, beside))} of the same job (no other load generator was free to take it): they "
+                "shared one client's CPU, and their records carry one load generator id"
+            )
         if cmd.reset_prefix_cache:
             notes.append(reset_note(reset, cmd.reset_route))
         if result.abandoned:

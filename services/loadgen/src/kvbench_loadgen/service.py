@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -18,6 +17,7 @@ from kvbench_core.metrics import metric_name, new_registry, ops_server
 from kvbench_core.service import run_service
 from kvbench_core.settings import load_settings
 from kvbench_loadgen.job import JobRunner
+from kvbench_loadgen.placement import ShardPlacement
 from kvbench_loadgen.settings import LoadgenSettings
 
 __all__ = ["main", "run"]
@@ -41,11 +41,16 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
         )
         await stack.enter_async_context(ops_server(registry, settings.ops_port))
         runner = JobRunner(bus, settings)
+        # a peer's heartbeat can be a beat old: a shard waits two beats for a free peer before it runs here
+        placement = ShardPlacement(bus, settings.shard_id, wait_s=2 * settings.heartbeat_s)
+        shards_changed = asyncio.Event()
 
         async def on_command(command: Envelope) -> None:
             if isinstance(command, RunLoad):
+                await placement.claim(command, runner.active)  # raises LeaveForOthers for a free peer to take it
                 runner.launch(command)  # acked at once; progress and the end arrive as events
                 active.set(len(runner.active))
+                shards_changed.set()  # the heartbeat says so now: a peer deciding where a shard goes reads it
 
         async def on_cancelled(event: Envelope) -> None:
             if isinstance(event, RunCancelled):
@@ -77,7 +82,7 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
             filter_subject=RunFinished.subject_filter(),
             deliver_new=True,
         )
-        beating = asyncio.create_task(_heartbeats(bus, settings, runner, stop))
+        beating = asyncio.create_task(_heartbeats(bus, settings, runner, stop, shards_changed))
         await stop.wait()
         await beating
         for task in list(runner.active.values()):
@@ -86,18 +91,24 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
             await asyncio.gather(*runner.active.values(), return_exceptions=True)
 
 
-async def _heartbeats(bus: Bus, settings: LoadgenSettings, runner: JobRunner, stop: asyncio.Event) -> None:
-    """The shards this load generator runs, every few seconds: the planner notices a lost one within the key's TTL
-    (and a restarted one at its first heartbeat) instead of at the job's timeout. A bus that fails is waited out."""
+async def _heartbeats(
+    bus: Bus, settings: LoadgenSettings, runner: JobRunner, stop: asyncio.Event, changed: asyncio.Event
+) -> None:
+    """The shards this load generator runs, every few seconds and as soon as it takes one: the planner notices a
+    lost one within the key's TTL (and a restarted one at its first heartbeat) instead of at the job's timeout, and
+    peers see which jobs it runs. A bus that fails is waited out."""
     while not stop.is_set():
+        changed.clear()
         try:
             kv = await bus.kv("kvbench_loadgens")
             beat = LoadgenHeartbeat(loadgen_id=settings.shard_id, at=time.time(), shards=sorted(runner.active))
             await kv.put(settings.shard_id, beat.model_dump_json().encode())
         except Exception as exc:
             log.warning("heartbeat failed", extra={"loadgen_id": settings.shard_id, "error": str(exc)[:200]})
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=settings.heartbeat_s)
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(changed.wait())]
+        await asyncio.wait(waits, timeout=settings.heartbeat_s, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
 
 
 def main() -> None:
