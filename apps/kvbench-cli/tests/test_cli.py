@@ -111,3 +111,36 @@ def test_the_console_comparison_fits_80_columns_and_says_whether_it_helped(monke
     assert "helped against prefix-gpu: TTFT p50 3.98x (3.85-4.11)" in text
     assert "measured window 20 s is under 300 s" in text
     assert "disk tier: 377 records, 32.0 GB left after the last job; nothing evicted" in text
+
+
+def test_up_says_when_something_else_answers_on_the_planners_port(tmp_path: Path) -> None:
+    """Another process's ops server on the port chosen for the planner answers its health check (200) and
+    "404: Not Found" as text elsewhere: start-up says what happened instead of failing on the text as JSON."""
+    import threading  # noqa: PLC0415
+    from http.server import BaseHTTPRequestHandler, HTTPServer  # noqa: PLC0415
+
+    from kvbench_cli.deployment import DeploymentState, StartupError  # noqa: PLC0415
+
+    class OpsServer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/healthz"
+            body = b"ok" if found else b"404: Not Found"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), OpsServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        state = DeploymentState(str(tmp_path), "nats://x", "postgresql://x", url, url, sim_machines=2)
+        with pytest.raises(StartupError, match=r"something other than the planner answers on .*HTTP 404"):
+            LocalDeployment(tmp_path)._wait_ready(state, timeout_s=5)
+    finally:
+        server.shutdown()
+        server.server_close()

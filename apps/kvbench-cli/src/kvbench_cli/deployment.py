@@ -388,8 +388,15 @@ class LocalDeployment:
                     time.sleep(0.1)
             while state.sim_machines:
                 with contextlib.suppress(httpx.HTTPError):
-                    nodes = client.get(f"{state.api_url}/v1/nodes", headers=state.api_headers()).json()
-                    if len(nodes) >= state.sim_machines:
+                    answer = client.get(f"{state.api_url}/v1/nodes", headers=state.api_headers())
+                    nodes = _planner_json(answer)
+                    if nodes is None:
+                        raise StartupError(
+                            f"something other than the planner answers on {state.api_url} (HTTP "
+                            f"{answer.status_code} to /v1/nodes): another process took its port; run `kvbench down` "
+                            "and `kvbench up` again"
+                        )
+                    if isinstance(nodes, list) and len(nodes) >= state.sim_machines:
                         return
                 if time.monotonic() > deadline:
                     raise StartupError(
@@ -518,3 +525,13 @@ def reload_bus_users(state: DeploymentState, block: str) -> None:
     for record in state.nats_servers:
         if record.get("pid") and pid_alive(int(record["pid"])):
             EmbeddedNats(Path(record["data_dir"]), pid=int(record["pid"])).reload_users(block)
+
+
+def _planner_json(answer: httpx.Response) -> object:
+    """The body of an answer from the planner, which always answers JSON (FastAPI); None when what answered is
+    something else (an ops server's "404: Not Found" on a port taken from under the planner)."""
+    try:
+        body: object = answer.json()
+    except ValueError:
+        return None
+    return body

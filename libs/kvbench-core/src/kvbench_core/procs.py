@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -46,7 +47,32 @@ def spawn(
         )
 
 
+# ports chosen for a child process come from here up to the kernel's ephemeral range (below 20000 live the usual
+# services': NATS 4222, PostgreSQL 5432, the planner 8700, Prometheus 9090)
+_CHOSEN_PORTS_FROM = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a process about to be started on it.
+
+    Chosen below the kernel's ephemeral range where it can be: a process that binds port 0 (every service's ops
+    server) or opens a connection gets its port from that range, so it cannot take this one before the process
+    it was chosen for binds it (a planner once found a load generator's ops server on its port, under parallel
+    tests). A random pick, so that concurrent callers rarely meet; the kernel's pick where there is no room."""
+    try:
+        ephemeral_from = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_from = 0
+    if ephemeral_from - _CHOSEN_PORTS_FROM >= 1000:
+        for _ in range(50):
+            port = random.randrange(_CHOSEN_PORTS_FROM, ephemeral_from)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

@@ -1,0 +1,55 @@
+"""Ports chosen for child processes: outside the range the kernel hands out for port 0, and never one in use."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from kvbench_core import procs
+
+
+def _ephemeral_from() -> int:
+    return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+
+
+@pytest.mark.skipif(not Path("/proc/sys/net/ipv4/ip_local_port_range").exists(), reason="Linux only")
+def test_a_chosen_port_is_below_the_kernels_ephemeral_range_and_free() -> None:
+    start = _ephemeral_from()
+    ports = [procs.free_port() for _ in range(30)]
+    if start - 20000 >= 1000:
+        assert all(20000 <= p < start for p in ports), ports
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # free: it binds
+    # what binds port 0 (an ops server) gets the kernel's pick, from its range: never one of ours
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        assert sock.getsockname()[1] >= start
+
+
+@pytest.mark.skipif(not Path("/proc/sys/net/ipv4/ip_local_port_range").exists(), reason="Linux only")
+def test_a_port_in_use_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        unused = probe.getsockname()[1]
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        picks = iter([taken, taken, unused])
+        monkeypatch.setattr("kvbench_core.procs.random.randrange", lambda low, high: next(picks))
+        assert procs.free_port() == unused
+
+
+def test_with_no_room_below_the_range_the_kernel_picks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    narrow = tmp_path / "range"
+    narrow.write_text("20100\t60999\n")
+    monkeypatch.setattr(procs, "_EPHEMERAL_RANGE", narrow)
+    monkeypatch.setattr("kvbench_core.procs.random.randrange", lambda low, high: pytest.fail("no room: not drawn"))
+    port = procs.free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+    monkeypatch.setattr(procs, "_EPHEMERAL_RANGE", tmp_path / "missing")
+    assert procs.free_port() > 0  # no /proc: the kernel's pick
