@@ -3,11 +3,13 @@ heartbeats (the planner reads them)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.events import NodeInventory
 
-__all__ = ["Heartbeat", "LoadgenHeartbeat", "parse_shard_key", "shard_key"]
+__all__ = ["Heartbeat", "LoadgenHeartbeat", "shard_key", "shards_of_job"]
 
 
 class Heartbeat(BaseModel):
@@ -25,10 +27,14 @@ def shard_key(job_id: str, shard_index: int) -> str:
     return f"{job_id}#{shard_index}"
 
 
-def parse_shard_key(key: str) -> tuple[str, int]:
-    """A ``shard_key``'s job id and shard index."""
-    job_id, _, index = key.rpartition("#")
-    return job_id, int(index)
+def shards_of_job(keys: Iterable[str], job_id: str) -> list[int]:
+    """The shard indices of ``job_id`` among ``keys`` (``shard_key`` values), in their order."""
+    found = []
+    for key in keys:
+        job, _, index = key.rpartition("#")
+        if job == job_id:
+            found.append(int(index))
+    return found
 
 
 class LoadgenHeartbeat(BaseModel):

@@ -9,7 +9,7 @@ import math
 
 from kvbench_contracts.commands import RunLoad
 from kvbench_contracts.events import JobFailed, JobFinished, JobProgressed, JobStarted
-from kvbench_contracts.node import parse_shard_key, shard_key
+from kvbench_contracts.node import shard_key, shards_of_job
 from kvbench_core.bus import Bus
 from kvbench_loadgen.capacity import pool_kv_capacity_tokens
 from kvbench_loadgen.driver import DriveConfig, Driver, to_record
@@ -74,9 +74,7 @@ class JobRunner:
             self._run_of.pop(key, None)
 
     async def _drive(self, cmd: RunLoad, shard: str) -> None:
-        me = shard_key(cmd.job_id, cmd.shard_index)
-        others = [parse_shard_key(key) for key in self.active if key != me]
-        beside = sorted(index + 1 for job_id, index in others if job_id == cmd.job_id)
+        beside = sorted(index + 1 for index in shards_of_job(self.active, cmd.job_id) if index != cmd.shard_index)
         traffic = cmd.traffic.model_dump(mode="json")
         arrivals = traffic.get("arrivals") or {}
         mode = str(arrivals.get("mode", "closed_loop"))

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pydantic import ValidationError
 
 from kvbench_contracts.commands import RunLoad
-from kvbench_contracts.node import LoadgenHeartbeat, parse_shard_key, shard_key
+from kvbench_contracts.node import LoadgenHeartbeat, shard_key, shards_of_job
 from kvbench_core.bus import Bus, LeaveForOthers
 
 __all__ = ["REDELIVER_S", "ShardPlacement"]
@@ -41,7 +41,7 @@ class ShardPlacement:
         key = shard_key(command.job_id, command.shard_index)
         now = time.monotonic()
         self._forget_older_than(now - 600.0)
-        if not any(parse_shard_key(other)[0] == command.job_id for other in running if other != key):
+        if not [index for index in shards_of_job(running, command.job_id) if index != command.shard_index]:
             self._first_offered.pop(key, None)
             return
         first = self._first_offered.setdefault(key, now)
@@ -70,7 +70,7 @@ class ShardPlacement:
                 beat = LoadgenHeartbeat.model_validate_json(value)
             except ValidationError:
                 continue
-            if not any(parse_shard_key(shard)[0] == job_id for shard in beat.shards):
+            if not shards_of_job(beat.shards, job_id):
                 free.append(name)
         return sorted(free)
 

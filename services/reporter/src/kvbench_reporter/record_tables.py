@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.ma  # pyarrow imports it at its first array built from numpy: at start-up, not in a batch)
+import numpy.ma  # pyarrow imports it at its first array built from numpy: at start-up, not in a batch
 import pyarrow as pa
 
 from kvbench_contracts.records import (
