@@ -59,8 +59,14 @@ def test_served_split_matches_batch_mode(nats_url: str, fresh_database: str, tmp
     prefill = split["by_role"]["prefill"]
     # prefill and decode engines now run on different machines, scraped by different agents a few seconds apart: a
     # window's edges fall at different moments on each side, so the two counts agree to the traffic of a scrape
-    # interval (2 s of a 35 s window), not to the token
-    assert prefill["tokens"]["recomputed"] == pytest.approx(sources["transferred"], rel=0.15), split
+    # interval (2 s of a 35 s window), not to the token; on a busy machine an agent may scrape late or miss the
+    # window's end, and then the report must say whose counts are short
+    if split["counters_complete"]:
+        assert prefill["tokens"]["recomputed"] == pytest.approx(sources["transferred"], rel=0.15), split
+    else:
+        short = {gap["engine_id"] for gap in split["short_coverage"]}
+        assert short, split
+        assert all(any(f"engine {e} " in r for r in pd["validity"]["reasons"]) for e in short), split
     assert split["by_role"]["decode"]["prompt_tokens"] == split["prompt_tokens"]
     # transferred, not cached: the comparison's cached share leaves them out and says how many moved
     assert pd["transferred_ratio"] > 0.99

@@ -298,6 +298,17 @@ def render_html(report: dict[str, Any]) -> str:
             if ec
             else "<p>No engine counter samples for this workload.</p>"
         )
+        short = w["prompt_token_sources"].get("short_coverage") or []
+        if short:
+            engine_line += (
+                "<p><b>Counts are low:</b> "
+                + "; ".join(
+                    f"job {escape(str(g['job_id']))}, engine {escape(str(g['engine_id']))} ({escape(str(g['role']))})"
+                    f" sampled over {_fmt(g['counted_s'])} of {_fmt(g['window_s'])} s"
+                    for g in short
+                )
+                + ". What these engines did outside their samples is not in the counters above.</p>"
+            )
         cross = w.get("cross_instance_hits")
         if cross:
             engine_line += (

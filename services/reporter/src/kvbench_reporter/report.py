@@ -66,11 +66,43 @@ def window_steps(
     start), which holds what the load's last seconds added (scrapes come every few seconds and a short phase, such
     as an acceptance test's, may fit between two). An engine id names a restarted engine too (an acceptance test's
     engines restarted alone, a stack restarted), so a count that falls is a new process counting from zero."""
-    before = [value for t, value in series if t <= start]
-    inside = [value for t, value in series if start < t <= end]
-    closing = [value for t, value in series if end < t <= close_by][:1] if close_by is not None else []
-    baseline = before[-1:] or ([{}] if from_zero else [])
+    return [value for _, value in window_samples(series, start, end, close_by, from_zero)]
+
+
+def window_samples(
+    series: list[tuple[datetime, Any]], start: datetime, end: datetime, close_by: datetime | None, from_zero: bool
+) -> list[tuple[datetime, Any]]:
+    """``window_steps`` with each sample's time (a baseline from zero is dated ``start``)."""
+    before = [(t, value) for t, value in series if t <= start]
+    inside = [(t, value) for t, value in series if start < t <= end]
+    closing = [(t, value) for t, value in series if end < t <= close_by][:1] if close_by is not None else []
+    baseline = before[-1:] or ([(start, {})] if from_zero else [])
     return [*baseline, *inside, *closing]
+
+
+def counted_span(
+    times: list[datetime], counted: list[datetime], start: datetime, end: datetime
+) -> dict[str, float] | None:
+    """How much of [start, end] one engine's differenced samples (``counted``, from ``window_samples``) span, against
+    its scrape cadence (the median gap of its ``times``). None for an engine that did not live through the window
+    (another stack's, fetched with the margin). ``short``: the span falls short of the window by more than a scrape
+    interval (the most that the window's edges between scrapes account for) and by more than a tenth of the window:
+    the agent scraped late or stopped, and what the engine did in the gap is not counted."""
+    if not times or not (any(start < t <= end for t in times) or (times[0] <= start and times[-1] > end)):
+        return None
+    gaps = sorted((b - a).total_seconds() for a, b in pairwise(times))
+    cadence = gaps[len(gaps) // 2] if gaps else 0.0
+    window = (end - start).total_seconds()
+    span = (counted[-1] - counted[0]).total_seconds() if counted else 0.0
+    shortfall = window - span
+    return {
+        "window_s": window,
+        "counted_s": span,
+        "from_s": (counted[0] - start).total_seconds() if counted else 0.0,
+        "to_s": (counted[-1] - start).total_seconds() if counted else 0.0,
+        "scrape_interval_s": cadence,
+        "short": shortfall > max(cadence, 0.1 * window),
+    }
 
 
 def _increase(steps: list[Any], key: str) -> float:
@@ -86,7 +118,8 @@ def counter_deltas(
     samples: list[asyncpg.Record], start: datetime, end: datetime, close_by: datetime | None = None
 ) -> dict[str, Any]:
     """Normalized counters differenced over [start, end] per engine (``window_steps``), then summed (never
-    cumulative ratios)."""
+    cumulative ratios). ``short_coverage``: the engines whose samples span too little of the window
+    (``counted_span``), so that their counts are low."""
     by_engine: dict[str, list[tuple[datetime, dict[str, float], list[dict[str, float]]]]] = defaultdict(list)
     role_of: dict[str, str] = {}
     for row in samples:
@@ -97,9 +130,14 @@ def counter_deltas(
     kv_usage_max = 0.0
     power: list[float] = []
     util: list[float] = []
+    short: list[dict[str, Any]] = []
     for engine_id, series in by_engine.items():
         series.sort(key=lambda item: item[0])
-        steps = window_steps([(t, s) for t, s, _ in series], start, end, close_by, from_zero=False)
+        counted = window_samples([(t, s) for t, s, _ in series], start, end, close_by, from_zero=False)
+        steps = [s for _, s in counted]
+        span = counted_span([t for t, _, _ in series], [t for t, _ in counted], start, end)
+        if span is not None and span["short"]:
+            short.append({"engine_id": engine_id, "role": role_of[engine_id], **span})
         role = by_role.setdefault(role_of[engine_id], dict.fromkeys(COUNTERS, 0.0))
         for key in COUNTERS:
             delta = _increase(steps, key)
@@ -114,6 +152,8 @@ def counter_deltas(
         "engines": sum(1 for engine_id in by_engine if role_of[engine_id] != "cache_server"),
         **totals,
         "by_role": by_role,
+        # engines whose scrapes span too little of the window: their counts (and the sums above) are low
+        "short_coverage": short,
         "kv_usage_max": kv_usage_max,
         "gpu_power_w_mean": sum(power) / len(power) if power else None,
         "gpu_utilization_pct_mean": sum(util) / len(util) if util else None,
@@ -281,6 +321,19 @@ def _tier_writes(job: dict[str, Any]) -> tuple[bool, str] | None:
     return None
 
 
+def _short_coverage(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((job.get("engine_counters") or {}).get("short_coverage") or [])
+
+
+def _short_coverage_reason(job_id: str, gap: dict[str, Any]) -> str:
+    return (
+        f"job {job_id}: engine {gap['engine_id']} ({gap['role']}) has counter samples over "
+        f"{gap['counted_s']:.1f} s of the {gap['window_s']:.1f} s measured window (wall clock; scraped every "
+        f"{gap['scrape_interval_s']:.1f} s): what it did outside them is not counted, so its engine counters and "
+        "the prompt-token sources are low (the agent scraped late or stopped)"
+    )
+
+
 def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str, Any]) -> dict[str, Any]:
     invalid: list[str] = []
     preliminary: list[str] = []
@@ -325,6 +378,7 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
         timing = j.get("timing") or {}
         if timing.get("reliable") is False:
             preliminary.append(f"job {j['job_id']}: TTFT and ITL unreliable: " + "; ".join(timing["reasons"]))
+        preliminary += [_short_coverage_reason(j["job_id"], gap) for gap in _short_coverage(j)]
         if j.get("stability_cv") is not None and j["stability_cv"] > UNSTABLE_CV:
             preliminary.append(
                 f"job {j['job_id']}: throughput varies over time (CV {j['stability_cv']:.2f} "
@@ -710,6 +764,10 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         prompt = pooled["prompt_tokens"]
         best = max((j.get("prefill_tokens_per_s_best") or 0.0 for j in jobs), default=0.0) or None
         sources = _sources(pooled, engine, role_totals.get(name))
+        if engine is not None:
+            gaps = [{"job_id": j["job_id"], **gap} for j in jobs for gap in _short_coverage(j)]
+            sources["counters_complete"] = not gaps
+            sources["short_coverage"] = gaps
         hit_ratio = pooled["cached_tokens"] / prompt if prompt else None
         transferred = None
         if sources.get("by_role") and sources.get("prompt_tokens"):

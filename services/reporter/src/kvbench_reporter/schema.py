@@ -68,6 +68,16 @@ class Sources(_Open):
         description="Split stacks: each side's own prompt tokens and sources ({prefill, decode}: {prompt_tokens, "
         "tokens}); the headline counts each prompt once, as the decode engines got it",
     )
+    counters_complete: bool | None = Field(
+        None,
+        description="Engine counters: False when some engine's samples span too little of a job's measured window "
+        "(short_coverage), so that the counts above are low; null without engine counters",
+    )
+    short_coverage: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Each such engine: {job_id, engine_id, role, window_s, counted_s, from_s, to_s (from the "
+        "window's start), scrape_interval_s} in wall-clock seconds",
+    )
 
 
 class DiskTier(_Open):
