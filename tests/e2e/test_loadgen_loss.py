@@ -37,5 +37,5 @@ def test_killed_load_generator_fails_its_job_within_the_ttl(
                  noticed_s=time.monotonic() - killed_at)  # fmt: skip
     assert job["status"] == "failed"
     assert "load generator loadgen" in job["reason"]
-    assert "stopped (its heartbeat expired)" in job["reason"]
+    assert "stopped (its heartbeat is gone)" in job["reason"]
     assert "run the plan again" in job["reason"]

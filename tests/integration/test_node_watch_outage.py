@@ -123,6 +123,6 @@ async def test_a_load_generator_that_restarted_or_vanished_is_noticed_and_a_fini
             await asyncio.sleep(2.5)
             await kv.delete("lg-c")
             index, reason = await asyncio.wait_for(watcher, timeout=10)
-            assert (index, "stopped (its heartbeat expired)" in reason) == (0, True)
+            assert (index, "stopped (its heartbeat is gone)" in reason) == (0, True)
     finally:
         server.stop()

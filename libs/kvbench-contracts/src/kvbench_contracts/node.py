@@ -38,8 +38,9 @@ def shards_of_job(keys: Iterable[str], job_id: str) -> list[int]:
 
 
 class LoadgenHeartbeat(BaseModel):
-    """Rewritten every few seconds under the load generator's id; the bucket's TTL removes it when the process
-    stops. A shard the planner saw listed and no longer sees (before its end arrived) was lost with its process."""
+    """Rewritten every few seconds under the load generator's id; the load generator removes it as it stops, the
+    bucket's TTL when it dies. A shard the planner saw listed and no longer sees (before its end arrived) was lost
+    with its process."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 
 from prometheus_client import Gauge
 
@@ -89,6 +89,10 @@ async def run(settings: LoadgenSettings, stop: asyncio.Event) -> None:
             task.cancel()
         if runner.active:
             await asyncio.gather(*runner.active.values(), return_exceptions=True)
+        # gone now, not at the key's TTL: the planner fails a job whose shard this ran at once, and a peer deciding
+        # where a shard goes does not wait for this one
+        with suppress(Exception):
+            await (await bus.kv("kvbench_loadgens")).delete(settings.shard_id)
 
 
 async def _heartbeats(

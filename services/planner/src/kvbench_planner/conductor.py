@@ -85,7 +85,8 @@ def sim_cluster(workload: Workload, default_speed: float | None) -> SimCluster |
 
 
 async def _shards_of(kv: Any, loadgen_id: str) -> list[str] | None:
-    """The shards a load generator's heartbeat lists; None when its key is not there (expired)."""
+    """The shards a load generator's heartbeat lists; None when its key is not there (expired, or removed as the
+    load generator stopped)."""
     try:
         entry = await kv.get(loadgen_id)
     except nats.js.errors.KeyNotFoundError:
@@ -555,7 +556,7 @@ class Conductor:
                     shards = await _shards_of(kv, runner)
                     if shards is not None and key in shards:
                         continue
-                    how = "stopped (its heartbeat expired)" if shards is None else "came back without it (it restarted)"
+                    how = "stopped (its heartbeat is gone)" if shards is None else "came back without it (it restarted)"
                     return index, (
                         f"load generator {runner}, running shard {index + 1} of {len(ends)} of this job, {how} before "
                         "the job ended; the records it published are kept, the rest of its share was never sent. Keep "
