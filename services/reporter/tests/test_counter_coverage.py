@@ -98,3 +98,14 @@ def test_the_report_marks_the_workload_preliminary_and_says_which_engine_and_job
     page = render_html(report)
     assert "Counts are low:" in page
     assert "job j1, engine p (prefill) sampled over 14.0 of 30.0 s" in page
+
+
+def test_a_previous_split_stacks_engines_sampled_in_the_margin_do_not_make_this_one_split() -> None:
+    """Samples are fetched from 10 s before a job: the previous workload's prefill and decode engines, stopped just
+    before this stack started, are in them. They neither count as engines nor give the window a prefill side."""
+    previous = [_row("pre", -9, 5.0, "prefill"), _row("pre", -7, 9.0, "prefill"),
+                _row("dec", -9, 5.0, "decode"), _row("dec", -7, 9.0, "decode")]  # fmt: skip
+    deltas = _deltas(previous + _steady("e0", 40) + _steady("e1", 40))
+    assert deltas["engines"] == 2
+    assert set(deltas["by_role"]) == {"both"}
+    assert 5_400 <= deltas["prompt_tokens"] <= 6_600

@@ -131,12 +131,16 @@ def counter_deltas(
     power: list[float] = []
     util: list[float] = []
     short: list[dict[str, Any]] = []
+    living: list[str] = []
     for engine_id, series in by_engine.items():
         series.sort(key=lambda item: item[0])
         counted = window_samples([(t, s) for t, s, _ in series], start, end, close_by, from_zero=False)
         steps = [s for _, s in counted]
         span = counted_span([t for t, _, _ in series], [t for t, _ in counted], start, end)
-        if span is not None and span["short"]:
+        if span is None:  # another stack's engine, sampled within the margin: none of its counts, nor its role
+            continue
+        living.append(engine_id)
+        if span["short"]:
             short.append({"engine_id": engine_id, "role": role_of[engine_id], **span})
         role = by_role.setdefault(role_of[engine_id], dict.fromkeys(COUNTERS, 0.0))
         for key in COUNTERS:
@@ -149,7 +153,7 @@ def counter_deltas(
                 power += [g["power_w"] for g in gpus if "power_w" in g]
                 util += [g["utilization_pct"] for g in gpus if "utilization_pct" in g]
     return {
-        "engines": sum(1 for engine_id in by_engine if role_of[engine_id] != "cache_server"),
+        "engines": sum(1 for engine_id in living if role_of[engine_id] != "cache_server"),
         **totals,
         "by_role": by_role,
         # engines whose scrapes span too little of the window: their counts (and the sums above) are low
