@@ -43,3 +43,24 @@ def test_the_agent_unit_runs_the_agents_own_program() -> None:
     scripts = tomllib.loads((ROOT / "services/node-agent/pyproject.toml").read_text())["project"]["scripts"]
     assert "kvbench-agent" in scripts
     assert "/bin/kvbench-agent --config /etc/kvbench/agent.env" in unit
+
+
+def test_the_agent_container_can_start_engines_and_see_the_gpus() -> None:
+    """The containerised agent (deploy/compose/agent.yaml) starts engines with `docker run` on the host's daemon: its
+    image has the CLI, it sees the GPUs it registers, and the model cache it checks is the one the engines get (docker
+    mounts host paths, so the cache sits at the host's own path in both)."""
+    agent = AGENT["services"]["node-agent"]
+    dockerfile = (ROOT / "deploy/docker/service.Dockerfile").read_text()
+    assert "FROM docker:" in dockerfile
+    assert 'if [ "$SERVICE" = "kvbench-node-agent" ]; then install -m 0755 /tmp/docker-cli /usr/local/bin/docker' in (
+        dockerfile
+    )
+    assert "/var/run/docker.sock:/var/run/docker.sock" in agent["volumes"]
+    (gpus,) = agent["deploy"]["resources"]["reservations"]["devices"]
+    assert gpus["driver"] == "nvidia"
+    assert "utility" in agent["environment"]["NVIDIA_DRIVER_CAPABILITIES"]
+    hf_home = agent["environment"]["HF_HOME"]
+    assert f"{hf_home}:{hf_home}" in agent["volumes"]
+    assert "devices" not in agent  # no /dev/infiniband required: machines without it run the same file
+    assert "/var/lib/kvbench/agent:/var/lib/kvbench/agent" in agent["volumes"]
+    assert agent["environment"]["KVBENCH_NODE_AGENT_STATE_DIR"] == "/var/lib/kvbench/agent"

@@ -288,6 +288,22 @@ def test_docker_commands_for_gpus_rdma_and_secrets(tmp_path: Path) -> None:
     assert "--device /dev/kfd" in " ".join(amd)
 
 
+def test_an_engine_container_gets_the_model_cache_the_preflight_looked_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The preflight found the weights in the agent's Hugging Face cache; the container must see that same cache
+    (an agent in a container sets HF_HOME to the host's path, and docker mounts host paths), not the agent
+    process's home, which in a container is not the host's."""
+    spec = ProcessSpec(name="engine-0", role="engine", health=("http", 8000, "/health"), binary="vllm",
+                       argv=["vllm", "serve", "m"], image="vllm/vllm-openai:v0.28.0")  # fmt: skip
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", "/home/lab/.cache/huggingface")
+    argv = docker_argv(spec, "d", tmp_path)
+    assert argv[argv.index("/home/lab/.cache/huggingface/hub:/root/.cache/huggingface/hub") - 1] == "-v"
+    monkeypatch.setenv("HF_HUB_CACHE", "/models/hub")
+    assert "/models/hub:/root/.cache/huggingface/hub" in docker_argv(spec, "d", tmp_path)
+
+
 async def test_process_launcher_starts_health_checks_and_stops_a_bare_engine(tmp_path: Path) -> None:
     port = free_port()
     spec = ProcessSpec(

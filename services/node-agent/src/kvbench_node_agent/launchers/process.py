@@ -14,6 +14,7 @@ from pathlib import Path
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_core.procs import spawn
 from kvbench_node_agent.launchers.base import Deployment, LaunchError, ManagedProcess, read_block_size, wait_healthy
+from kvbench_node_agent.preflight import hub_cache
 from kvbench_stacks.recipes.model import ProcessSpec
 
 __all__ = ["ProcessLauncher", "docker_argv", "launch_process", "materialize"]
@@ -55,8 +56,10 @@ def docker_argv(
         "host",
         "-v",
         f"{run_dir}:{run_dir}",
+        # the models where the agent's preflight found them (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/...), as
+        # a host path: an agent in a container (deploy/compose/agent.yaml) sets HF_HOME to the host's own path
         "-v",
-        f"{Path.home() / '.cache' / 'huggingface'}:/root/.cache/huggingface",
+        f"{hub_cache()}:/root/.cache/huggingface/hub",
     ]
     if spec.gpus:
         if vendor == "amd":
