@@ -169,3 +169,18 @@ def test_the_secrets_key_reaches_only_the_planner_and_the_switch_poller(
         if env["name"] == "KVBENCH_SECRETS_KEY"
     }
     assert holders == {"kvb-kvbench-planner", "kvb-kvbench-switch-poller"}
+
+
+def test_an_agent_built_on_the_engines_image_gets_the_nodes_gpus(helm: str, chart_without_dependency: Path) -> None:
+    """With the process launcher the engines run inside the agent's pod: the pod's image can be one built on the
+    engines' image, and the node's GPUs are allocated to it through its resources."""
+    default = render(helm, chart_without_dependency, *EXTERNAL_BUS)
+    agent = next(d for d in default if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    assert agent["image"] == "ghcr.io/kvbench/kvbench-node-agent:0.1.0"
+    docs = render(helm, chart_without_dependency, *EXTERNAL_BUS, "--set", "nodeAgent.image=registry.lab/agent-vllm:1",
+                  "--set-string", "nodeAgent.resources.limits.nvidia\\.com/gpu=8")  # fmt: skip
+    daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
+    kubernetes_validate.validate(daemonset, KUBERNETES, strict=True)
+    agent = daemonset["spec"]["template"]["spec"]["containers"][0]
+    assert agent["image"] == "registry.lab/agent-vllm:1"
+    assert agent["resources"]["limits"]["nvidia.com/gpu"] == "8"
