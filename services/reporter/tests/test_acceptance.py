@@ -95,3 +95,40 @@ def test_answers_of_the_reloaded_passes_are_compared_with_the_cold_pass_one_by_o
     unknown = acceptance(_workload(reloaded, from_disk), {"J2": {"e0": 200}}, "Qwen/Qwen3-8B", {})
     assert unknown["steps"][7]["status"] == "not checked"
     assert unknown["verdict"] == "passed"  # said, not claimed: a step not checked fails nothing
+
+
+def test_a_step_failing_only_on_counts_with_a_gap_is_not_checked_and_the_test_is_inconclusive() -> None:
+    """The reset pass's engine was sampled over 3 of its 20 s: nothing counted as loaded from the tier is no proof
+    that nothing was. The step is not checked, and the verdict says so instead of failing the stack."""
+    recomputed = {"prompt_tokens_recomputed": 40_000}
+    from_disk = {"prompt_tokens_disk": 250_000, "prompt_tokens_recomputed": 70_000}
+    workload = _workload(recomputed, from_disk)
+    gap = {"engine_id": "n0-engine-0", "role": "both", "window_s": 20.0, "counted_s": 3.0, "from_s": -1.0,
+           "to_s": 2.0, "scrape_interval_s": 2.0}  # fmt: skip
+    workload["jobs"][2]["engine_counters"]["short_coverage"] = [gap]
+    judged = acceptance(workload, {"J2": {"e0": 200}}, "m")
+    step5 = judged["steps"][4]
+    assert step5["status"] == "not checked"
+    assert "reset pass's engine counters are incomplete (samples of n0-engine-0 over 3.0 of 20.0 s)" in step5["reason"]
+    assert judged["passed"] is False
+    assert judged["verdict"].startswith("inconclusive: step 5")
+    # the same gap under counts that show the reload: what was counted happened, and the step passes
+    workload = _workload(from_disk, from_disk)
+    workload["jobs"][2]["engine_counters"]["short_coverage"] = [gap]
+    assert acceptance(workload, {"J2": {"e0": 200}}, "m")["verdict"] == "passed"
+    # without the gap the same counts fail the step, as before
+    assert acceptance(_workload(recomputed, from_disk), {"J2": {"e0": 200}}, "m")["verdict"].startswith(
+        "failed at step 5"
+    )
+
+
+def test_a_stack_with_no_tier_outside_the_gpu_fails_step_3_whatever_the_counts() -> None:
+    workload = _workload({"prompt_tokens_host": 1.0}, {"prompt_tokens_disk": 1.0})
+    cold = workload["jobs"][0]
+    cold["engine_counters"] = {"prompt_tokens": 320_000.0, "prompt_tokens_recomputed": 320_000.0, "short_coverage": [
+        {"engine_id": "e", "role": "both", "window_s": 20.0, "counted_s": 3.0, "scrape_interval_s": 2.0}]}  # fmt: skip
+    cold["disk_tier"] = None
+    assert acceptance(workload, {"J2": {"e0": 200}}, "m")["steps"][2]["status"] == "not checked"
+    workload["stack"] = "vllm-prefix-gpu"
+    judged = acceptance(workload, {"J2": {"e0": 200}}, "m")
+    assert judged["verdict"].startswith("failed at step 3")
