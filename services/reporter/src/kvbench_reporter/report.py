@@ -334,7 +334,7 @@ def _short_coverage_reason(job_id: str, gap: dict[str, Any]) -> str:
         f"job {job_id}: engine {gap['engine_id']} ({gap['role']}) has counter samples over "
         f"{gap['counted_s']:.1f} s of the {gap['window_s']:.1f} s measured window (wall clock; scraped every "
         f"{gap['scrape_interval_s']:.1f} s): what it did outside them is not counted, so its engine counters and "
-        "the prompt-token sources are low (the agent scraped late or stopped)"
+        "the prompt-token sources are low (its agent scraped late or stopped, or its samples were not stored)"
     )
 
 
