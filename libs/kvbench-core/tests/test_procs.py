@@ -53,3 +53,11 @@ def test_with_no_room_below_the_range_the_kernel_picks(tmp_path: Path, monkeypat
         sock.bind(("127.0.0.1", port))
     monkeypatch.setattr(procs, "_EPHEMERAL_RANGE", tmp_path / "missing")
     assert procs.free_port() > 0  # no /proc: the kernel's pick
+
+
+def test_ports_a_simulated_pool_agrees_on_are_never_chosen_for_a_child() -> None:
+    """A simulated pool's shared store and split engines listen on ports each agent works out from the run; a port
+    chosen for another process (a test's planner, a NATS server) must never be one of them, or the store's health
+    check is answered by that process (a launcher test once read another process's port as its store)."""
+    last_agreed = procs.AGREED_PORTS_FROM + procs.AGREED_PORTS_SPAN + 1000  # the store, then its engines after it
+    assert last_agreed <= procs.CHOSEN_PORTS_FROM

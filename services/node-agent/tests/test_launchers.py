@@ -428,3 +428,12 @@ def test_scrape_keeps_the_buckets_the_pacing_counters_read() -> None:
     assert counters[sim_late_counter(1000)] == 10.0
     assert counters[sim_late_counter(5000)] == 2.0
     assert sim_late_counter(2000) not in counters  # a bucket the engine did not export is unknown, not zero
+
+
+def test_a_pools_agreed_ports_lie_in_their_own_range() -> None:
+    from kvbench_core.procs import AGREED_PORTS_FROM, AGREED_PORTS_SPAN  # noqa: PLC0415
+    from kvbench_node_agent.launchers.sim import store_port  # noqa: PLC0415
+
+    ports = {store_port(revised(command("vllm-lmcache-mooncake"), {"run_id": f"run-{i}"})) for i in range(200)}
+    assert len(ports) > 150  # spread by the run
+    assert all(AGREED_PORTS_FROM <= p < AGREED_PORTS_FROM + AGREED_PORTS_SPAN for p in ports)

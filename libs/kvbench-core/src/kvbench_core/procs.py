@@ -47,9 +47,13 @@ def spawn(
         )
 
 
-# ports chosen for a child process come from here up to the kernel's ephemeral range (below 20000 live the usual
+# ports chosen for a child process come from here up to the kernel's ephemeral range (below 10000 live the usual
 # services': NATS 4222, PostgreSQL 5432, the planner 8700, Prometheus 9090)
-_CHOSEN_PORTS_FROM = 20000
+CHOSEN_PORTS_FROM = 20000
+# ports every machine of a simulated pool works out alike from the run (its shared store, the engines of a split
+# stack: the first plus a few hundred at most) lie below those, so that free_port never hands one of them out
+AGREED_PORTS_FROM = 10000
+AGREED_PORTS_SPAN = 9000
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
@@ -64,9 +68,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         ephemeral_from = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         ephemeral_from = 0
-    if ephemeral_from - _CHOSEN_PORTS_FROM >= 1000:
+    if ephemeral_from - CHOSEN_PORTS_FROM >= 1000:
         for _ in range(50):
-            port = random.randrange(_CHOSEN_PORTS_FROM, ephemeral_from)
+            port = random.randrange(CHOSEN_PORTS_FROM, ephemeral_from)
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 try:
                     sock.bind((host, port))

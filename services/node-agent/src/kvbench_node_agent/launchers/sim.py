@@ -19,7 +19,7 @@ from kvbench_contracts.commands import StartStack
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_contracts.plan import SimCluster
 from kvbench_contracts.sim import SimEngineSpec, SimRouterSpec, SimRoutingPolicy, SimStoreSpec, SimWorkload
-from kvbench_core.procs import free_port
+from kvbench_core.procs import AGREED_PORTS_FROM, AGREED_PORTS_SPAN, free_port
 from kvbench_node_agent.launchers.base import (
     Deployment,
     LaunchError,
@@ -69,7 +69,8 @@ def sim_engine_spec(
 def store_port(command: StartStack) -> int:
     """The shared store's port, the same on every machine of the pool (each agent works it out on its own)."""
     key = f"{command.run_id}/{command.workload}/{command.stack}/" + ",".join(p.name for p in command.pool)
-    return 20000 + int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") % 10000
+    digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big")
+    return AGREED_PORTS_FROM + digest % AGREED_PORTS_SPAN
 
 
 def records_dir(state_dir: Path, command: StartStack, owner: str, path: str | None) -> Path:
