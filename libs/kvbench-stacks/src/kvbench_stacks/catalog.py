@@ -88,6 +88,13 @@ class StackSpec(BaseModel):
         return None
 
     @property
+    def keeps_kv_off_gpu(self) -> bool:
+        """Whether the stack keeps KV anywhere but the GPU: a tier of its own, a shared store or filesystem, an LMCache
+        server."""
+        off_gpu = bool(set(self.tiers) - {"gpu"}) or self.shared_store is not None
+        return off_gpu or self.shared_mount or self.lmcache_server
+
+    @property
     def local_cache_reset(self) -> str | None:
         """The engine's route that empties its prefix cache while it runs (None: only restarting it does)."""
         return LOCAL_CACHE_RESET.get(self.engine)

@@ -41,7 +41,7 @@ class ShardPlacement:
         key = shard_key(command.job_id, command.shard_index)
         now = time.monotonic()
         self._forget_older_than(now - 600.0)
-        if not [index for index in shards_of_job(running, command.job_id) if index != command.shard_index]:
+        if not any(index != command.shard_index for index in shards_of_job(running, command.job_id)):
             self._first_offered.pop(key, None)
             return
         first = self._first_offered.setdefault(key, now)

@@ -83,14 +83,6 @@ def _step(number: int, name: str, ok: bool | None, evidence: str, reason: str = 
     return {"step": number, "name": name, "status": status, "evidence": evidence, "reason": reason}
 
 
-def _has_external_tier(stack_id: str) -> bool:
-    """Whether the stack keeps KV anywhere but the GPU (an unknown stack: assumed to)."""
-    spec = get_stack(stack_id)
-    if spec is None:
-        return True
-    return bool(set(spec.tiers) - {"gpu"}) or spec.shared_store is not None or spec.shared_mount or spec.lmcache_server
-
-
 def _unless_counts_short(step: dict[str, Any], phase: str, job: dict[str, Any] | None) -> dict[str, Any]:
     """A step that failed on the engines' counters of a pass whose samples span too little of it (the report's
     ``short_coverage``) is not checked, not failed: what the engines did in the gap is not counted, so "nothing was
@@ -163,8 +155,9 @@ def acceptance(
         "" if created else f"the cold pass stored nothing outside the GPU: the stack {workload['stack']} has no "
         "external KV tier, or its writes failed (see the engines' and the cache server's logs)",
     )  # fmt: skip
-    # a stack with no tier outside the GPU fails it whatever the counts say
-    steps.append(_unless_counts_short(step3, "cold", cold) if _has_external_tier(workload["stack"]) else step3)
+    # a stack with no tier outside the GPU fails it whatever the counts say (an unknown stack: assumed to have one)
+    spec = get_stack(workload["stack"])
+    steps.append(_unless_counts_short(step3, "cold", cold) if spec is None or spec.keeps_kv_off_gpu else step3)
 
     reset_job = jobs.get("reset")
     kept = ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -90,18 +91,17 @@ def counted_span(
     the agent scraped late or stopped, and what the engine did in the gap is not counted."""
     if not times or not (any(start < t <= end for t in times) or (times[0] <= start and times[-1] > end)):
         return None
-    gaps = sorted((b - a).total_seconds() for a, b in pairwise(times))
-    cadence = gaps[len(gaps) // 2] if gaps else 0.0
+    # an engine that lived through the window has a sample inside it or a baseline before it: ``counted`` is not empty
+    cadence = statistics.median_high([(b - a).total_seconds() for a, b in pairwise(times)] or [0.0])
     window = (end - start).total_seconds()
-    span = (counted[-1] - counted[0]).total_seconds() if counted else 0.0
-    shortfall = window - span
+    span = (counted[-1] - counted[0]).total_seconds()
     return {
         "window_s": window,
         "counted_s": span,
-        "from_s": (counted[0] - start).total_seconds() if counted else 0.0,
-        "to_s": (counted[-1] - start).total_seconds() if counted else 0.0,
+        "from_s": (counted[0] - start).total_seconds(),
+        "to_s": (counted[-1] - start).total_seconds(),
         "scrape_interval_s": cadence,
-        "short": shortfall > max(cadence, 0.1 * window),
+        "short": window - span > max(cadence, 0.1 * window),
     }
 
 
