@@ -259,3 +259,34 @@ def test_catalog_says_why_a_stack_cannot_be_chosen(client: TestClient) -> None:
     # responses are described, not only requests
     ok = openapi.json()["paths"]["/v1/catalog/stacks"]["get"]["responses"]["200"]["content"]["application/json"]
     assert ok["schema"]["items"]["$ref"].endswith("/StackRow")
+
+
+def test_a_groups_machines_are_listed_as_people_count_them(client: TestClient) -> None:
+    """Eleven machines named n-1 to n-11: n-2 comes before n-10 (a string sort put n-10 and n-11 second and third),
+    in the group the API returns, in the listing, and so in the order a workload's roles are placed on them."""
+    prefix = f"n{uuid.uuid4().hex[:4]}-"
+    nodes = [f"{prefix}{i}" for i in (10, 2, 11, 1, 3, 4, 5, 6, 7, 8, 9)]
+    portal = client.portal
+    assert portal is not None
+    bus = client.app.state.bus  # type: ignore[attr-defined]
+
+    async def register() -> None:
+        kv = await bus.kv("kvbench_inventory")
+        for node in nodes:
+            inventory = {"node_id": node, "hostname": node, "simulated": False, "vendor": "nvidia",
+                         "gpu_model": "L40S", "gpus": 1, "gpu_memory_gb": 48, "ram_gb": 64, "cpus": 8}  # fmt: skip
+            await kv.put(node, json.dumps(inventory).encode())
+
+    portal.call(register)
+    name = f"lab-{prefix}"
+    for _ in range(100):  # the planner sees the registrations through its KV watcher, a moment later
+        created = client.post("/v1/cluster-groups", json={"name": name, "nodes": nodes}, headers=AUTH)
+        if created.status_code == 201:
+            break
+        time.sleep(0.05)
+    assert created.status_code == 201, created.text
+    counted = [f"{prefix}{i}" for i in range(1, 12)]
+    assert created.json()["nodes"] == counted
+    groups = {g["name"]: g for g in client.get("/v1/cluster-groups", headers=AUTH).json()}
+    assert [m["name"] for m in groups[name]["machines"]] == counted
+    assert client.delete(f"/v1/cluster-groups/{name}", headers=AUTH).status_code == 204

@@ -37,6 +37,7 @@ from kvbench_contracts.node import Heartbeat, LoadgenHeartbeat, shard_key
 from kvbench_contracts.plan import JobPoint, Plan, SimCluster, Workload
 from kvbench_contracts.problem import KvbenchError, Problem
 from kvbench_core.bus import TRANSIENT_BUS_ERRORS, Bus
+from kvbench_core.naming import natural_key
 from kvbench_core.sealing import SealingError, seal_for
 from kvbench_planner.cluster import Machine
 from kvbench_planner.registry import Registry
@@ -378,7 +379,8 @@ class Conductor:
         while True:
             live = {key: beat.inventory.model_dump() for key, beat in self.registry.live_nodes().items()}
             if sim is not None:
-                chosen = sorted((n for n in live.values() if n.get("simulated")), key=lambda n: str(n["node_id"]))
+                simulated = (n for n in live.values() if n.get("simulated"))
+                chosen = sorted(simulated, key=lambda n: natural_key(str(n["node_id"])))  # sim-2 before sim-10
                 if len(chosen) >= sim.machines:
                     return chosen[: sim.machines]
                 missing = f"{sim.machines - len(chosen)} more simulated machine(s)"

@@ -18,6 +18,7 @@ from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.streams import BUCKETS
 from kvbench_core.bus import Bus
 from kvbench_core.kvmirror import KvMirror
+from kvbench_core.naming import natural_key
 from kvbench_core.sealing import SealingError, SecretsKey
 from kvbench_planner.cluster import Machine, machine_from_inventory
 
@@ -60,7 +61,7 @@ class Registry:
                 continue
             if now - beat.at <= _NODE_TTL_S:
                 out[key] = beat
-        return dict(sorted(out.items()))
+        return {key: out[key] for key in sorted(out, key=natural_key)}
 
     def inventories(self) -> dict[str, dict[str, Any]]:
         return {k: json.loads(v) for k, v in self._mirrors["kvbench_inventory"].snapshot().items()}
@@ -77,7 +78,7 @@ class Registry:
                 groups.setdefault(str(name), []).append(machine_from_inventory(inventory))
         for name, members in self.explicit_groups().items():
             groups[name] = [machine_from_inventory(inventories[n]) for n in members if n in inventories]
-        return {name: sorted(machines, key=lambda m: m.name) for name, machines in groups.items()}
+        return {name: sorted(machines, key=lambda m: natural_key(m.name)) for name, machines in groups.items()}
 
     async def put_group(self, name: str, nodes: list[str]) -> None:
         await self._mirrors["kvbench_groups"].put(name, json.dumps({"nodes": nodes}).encode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Response
 
 from kvbench_contracts.node import Heartbeat
+from kvbench_core.naming import natural_key
 from kvbench_planner.api.deps import RegistryDep, authorized, refusal
 from kvbench_planner.api.openapi import UNKNOWN_NODES
 from kvbench_planner.api.schemas import ClusterGroupCreated, ClusterGroupIn, ClusterGroupOut, GroupMachine
@@ -46,8 +47,9 @@ async def create_group(group: ClusterGroupIn, machines: RegistryDep) -> ClusterG
             f"No machine registered as {', '.join(unknown)}",
             "Start the agent on each machine (GET /v1/nodes lists them), then create the group.",
         )
-    await machines.put_group(group.name, sorted(set(group.nodes)))
-    return ClusterGroupCreated(name=group.name, nodes=sorted(set(group.nodes)))
+    nodes = sorted(set(group.nodes), key=natural_key)
+    await machines.put_group(group.name, nodes)
+    return ClusterGroupCreated(name=group.name, nodes=nodes)
 
 
 @router.delete(
