@@ -449,6 +449,63 @@ async def _one_finished_job(
     return started
 
 
+async def test_a_switch_first_read_while_fifty_stacks_stood_up_is_read_before_the_load(fresh_database: str) -> None:
+    """Fifty machines' stacks took 29 s to stand up on one host, and the poller's first read of a switch connected
+    just before the run came 14 s into it: that read still precedes every byte of load, so the switch was read.
+    A switch whose reads stop before the run ends is not, and the reason says which of the two went wrong."""
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from kvbench_contracts.events import NodeInventory, NodeRegistered, RunStarted, StackReady  # noqa: PLC0415
+    from kvbench_contracts.fabric import CounterSample, LldpNeighbor, SwitchSampled  # noqa: PLC0415
+    from kvbench_reporter.fabric import fabric_section  # noqa: PLC0415
+
+    store = await Store.open(fresh_database)
+
+    async def nothing(_: str) -> None:
+        return None
+
+    ingestor = Ingestor(store, nothing)
+    try:
+        plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
+        await ingestor.control([RunSubmitted(run_id="RL", plan_name="p", plan=plan, jobs=[])])
+        cable = LldpNeighbor(local_port="eth1", chassis_id="aa:bb", system_name="leaf9", port_id="swp12")
+        inventory = NodeInventory(node_id="gpu-l", hostname="gpu-l", simulated=False, lldp=[cable.model_dump()])
+        ready = StackReady(deployment_id="DL", run_id="RL", node_id="gpu-l", endpoints=[])
+        await ingestor.control([NodeRegistered(node_id="gpu-l", inventory=inventory), ready, RunStarted(run_id="RL")])
+        t0 = datetime.now(UTC)
+        t1 = t0 + timedelta(seconds=60)
+
+        def read(at: datetime, octets: int) -> SwitchSampled:
+            ns = int(at.timestamp() * 1e9)
+            sample = CounterSample.model_validate(
+                {"device": "leaf9", "device_kind": "switch", "port": "swp12", "ts_request_ns": ns,
+                 "ts_response_ns": ns, "source": "snmp:test", "epoch": "boot1", "counter": "if.in_octets",
+                 "value": octets, "unit": "octets"}
+            )  # fmt: skip
+            return SwitchSampled(switch="leaf9", samples=[sample], occurred_at=at)
+
+        await store.insert_switch_reads(
+            [read(t0 + timedelta(seconds=14), 1_000), read(t1 + timedelta(seconds=3), 9_000)]
+        )
+        section = await fabric_section(store, "RL", t0, t1)  # the run's start alone: read too late
+        (switch,) = section["switches"]
+        assert not switch["read"]
+        assert switch["reason"].startswith("its first good read came 14 s after the run started")
+        section = await fabric_section(store, "RL", t0, t1, load_began=t0 + timedelta(seconds=29))
+        assert section["publish_gate"]["publishable"], section
+        assert section["switches"][0]["ports"][0]["if.in_octets_delta"] == 8_000
+        # a load that began before the first read: that read came after traffic, so the switch is still unread
+        section = await fabric_section(store, "RL", t0, t1, load_began=t0 + timedelta(seconds=10))
+        assert not section["publish_gate"]["publishable"]
+        # reads that stop 20 s before the run ends: the poller stopped, and the reason says so
+        section = await fabric_section(
+            store, "RL", t0, t1 + timedelta(seconds=23), load_began=t0 + timedelta(seconds=29)
+        )
+        assert section["switches"][0]["reason"].startswith("its last good read came 20 s before the run ended")
+    finally:
+        await store.close()
+
+
 async def test_a_simulated_clusters_engine_seconds_map_onto_the_wall_clock_scrapes(fresh_database: str) -> None:
     """Engines paced 10x real time: the job's records say a 2..30 engine-second window, which the engines lived
     between 0.2 and 3.0 wall seconds after the job started; the engine counters are differenced over that."""

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kvbench_contracts.fabric import SwitchConfig
+from kvbench_core.naming import natural_key
 from kvbench_reporter.agreement import FEC_NAMES, HostSide, SwitchSide, agreement_checks
 from kvbench_reporter.store import Store
 
@@ -55,10 +56,12 @@ async def fabric_section(
     reach_s: float = 60.0,
     configs: dict[str, SwitchConfig] | None = None,
     jobs: list[dict[str, Any]] | None = None,
+    load_began: datetime | None = None,
 ) -> dict[str, Any]:
     """``reach_s``: how far outside the guarded window a bracketing read may lie (a poll interval or two).
     ``jobs``: each job's measured window (``job_id``, ``workload``, ``start``, ``end``) and the KV bytes its engines
-    said they moved (``kv_bytes``), for the per-job port deltas."""
+    said they moved (``kv_bytes``), for the per-job port deltas. ``load_began``: when the run's first load began; a
+    read before it counts as one before the run's traffic, however long the stacks took to stand up."""
     nodes = [
         r["node_id"]
         for r in await store.pool.fetch(
@@ -78,7 +81,8 @@ async def fabric_section(
     configs = configs or {}
     out: dict[str, Any] = {
         "definition": "switches the run's machines are cabled to (LLDP); a switch is read when a good read lies at or "
-        f"before the run's start + {guard_s:g} s (stacks take longer to stand up) and one at or after its end; port "
+        f"before the run's start + {guard_s:g} s or its first load's start, whichever is later (stacks take longer to "
+        "stand up), and one at or after its end; port "
         f"deltas span [start - {guard_s:g} s, end + {guard_s:g} s] where reads allow; per job (``jobs``), the "
         "cabled ports' deltas between the reads bracketing its measured window with the same guard but never inside "
         "another job's measured window, and the KV bytes "
@@ -92,7 +96,7 @@ async def fabric_section(
         return out
     before, after = start - timedelta(seconds=guard_s), end + timedelta(seconds=guard_s)
     unread: list[dict[str, Any]] = []
-    for switch, cables in sorted(cabled.items()):
+    for switch, cables in sorted(cabled.items(), key=lambda item: natural_key(item[0])):
         config = configs.get(switch)
         if config is not None and config.no_benchmark_traffic:
             out["switches"].append({"switch": switch, "cabled": cables, "read": None, "ignored": True,
@@ -105,8 +109,10 @@ async def fabric_section(
             before - timedelta(seconds=reach_s),
             after + timedelta(seconds=reach_s),
         )
-        # up to a guard after the run's start: standing the first stack up takes longer, so no load is missed
-        good_before = [r for r in reads if r["ok"] and r["read_at"] <= start + timedelta(seconds=guard_s)]
+        # up to a guard after the run's start, or up to its first load: standing the stacks up takes longer (fifty
+        # machines' stacks took 29 s on one host, while the poller had not read a switch connected just before)
+        opened = max(start + timedelta(seconds=guard_s), load_began or start)
+        good_before = [r for r in reads if r["ok"] and r["read_at"] <= opened]
         good_after = [r for r in reads if r["ok"] and r["read_at"] >= end]
         failed = [r for r in reads if not r["ok"] and start <= r["read_at"] <= end]
         entry: dict[str, Any] = {
@@ -123,7 +129,7 @@ async def fabric_section(
         elif not reads:
             entry["reason"] = "never read: connect it (POST /v1/switches)"
         elif not (good_before and good_after):
-            entry["reason"] = "no good read bracketing the window"
+            entry["reason"] = _unbracketed(reads, start, opened, end)
         if entry["read"]:
             guarded_before = [r for r in good_before if r["read_at"] <= before] or good_before
             guarded_after = [r for r in good_after if r["read_at"] >= after] or good_after
@@ -151,6 +157,23 @@ async def fabric_section(
             "switches": [{"switch": u["switch"], "reason": u.get("reason")} for u in unread],
         }
     return out
+
+
+def _unbracketed(reads: list[Any], start: datetime, opened: datetime, end: datetime) -> str:
+    """Why reads exist but none brackets the run: when the first good one came after the run opened, or the last
+    good one before it ended, so a person knows whether the switch was connected late or the poller stopped."""
+    good = [r["read_at"] for r in reads if r["ok"]]
+    if not good:
+        return "no good read around the run"
+    if good[0] > opened:
+        return (
+            f"its first good read came {(good[0] - start).total_seconds():.0f} s after the run started, after its "
+            "first load began: connect the switch, and let the switch-poller read it, before the run"
+        )
+    return (
+        f"its last good read came {(end - good[-1]).total_seconds():.0f} s before the run ended: the switch-poller "
+        "stopped reading it (is it running, and can it reach the switch?)"
+    )
 
 
 def _neighbours(windows: list[dict[str, Any]], job: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
@@ -273,7 +296,7 @@ async def _port_deltas(
             delta = entry.get(f"if.{direction}_octets_delta")
             if speed and delta is not None:
                 entry[f"{direction}_utilization"] = 8 * delta / (entry["window_s"] * speed * 1e6)
-    return sorted(ports.values(), key=lambda p: p["port"])
+    return sorted(ports.values(), key=lambda p: natural_key(p["port"]))
 
 
 async def _agreement(

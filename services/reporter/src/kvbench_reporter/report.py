@@ -884,7 +884,13 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         for e in run_events
     ]
     fabric = await fabric_section(
-        store, run_id, run["started_at"], run["finished_at"], configs=settings.get("switches"), jobs=job_windows
+        store,
+        run_id,
+        run["started_at"],
+        run["finished_at"],
+        configs=settings.get("switches"),
+        jobs=job_windows,
+        load_began=starts[0] if starts else None,
     )
     if not fabric["publish_gate"]["publishable"]:
         gate = fabric["publish_gate"]

@@ -120,10 +120,16 @@ class Reporter:
         run = await self.store.run(run_id)
         if run is None:
             return
+        began = [job["started_at"] for job in await self.store.jobs(run_id) if job["started_at"] is not None]
         deadline = time.monotonic() + self.settings.fabric_wait_s
         while time.monotonic() < deadline:
             section = await fabric_section(
-                self.store, run_id, run["started_at"], run["finished_at"], configs=self.switch_configs()
+                self.store,
+                run_id,
+                run["started_at"],
+                run["finished_at"],
+                configs=self.switch_configs(),
+                load_began=min(began, default=None),
             )
             if section["publish_gate"]["publishable"] or any(
                 s.get("failed_reads") for s in section["switches"] if not s["read"]
