@@ -144,3 +144,42 @@ def test_up_says_when_something_else_answers_on_the_planners_port(tmp_path: Path
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _port(name: str, gb: float | None, reset: bool = False) -> dict[str, Any]:
+    octets = None if gb is None else int(gb * 1e9 / 2)
+    return {"port": name, "window_s": 60.0, "if.in_octets_delta": octets, "if.out_octets_delta": octets,
+            "in_utilization": 0.0 if gb is None else gb / 100, "out_utilization": 0.0, "reset": reset}  # fmt: skip
+
+
+def test_a_leaf_of_fifty_machines_lists_its_busiest_ports_and_sums_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from kvbench_cli import console as console_module  # noqa: PLC0415
+
+    screen = Console(width=120, record=True, file=io.StringIO())
+    monkeypatch.setattr(console_module, "console", screen)
+    ports = [_port(f"swp{i}", 0.0) for i in range(1, 51)]
+    ports[11] = _port("swp12", 3.0)  # the busiest two, among idle ones
+    ports[39] = _port("swp40", 1.5)
+    ports[4] = _port("swp5", None, reset=True)
+    console_module.print_fabric({"switches": [{"switch": "leaf-1", "read": True, "reads": 15, "ports": ports}]})
+    lines = screen.export_text().splitlines()
+    assert len(lines) == 1 + 1 + console_module.PORTS_LISTED + 1, lines  # switch, unknown, busiest, the rest
+    assert lines[1].strip() == "swp5: unknown over 60 s (its counters reset)"  # unknown is never counted as 0
+    assert lines[2].strip().startswith("swp12: 3.00 GB")  # the busiest first
+    assert lines[3].strip().startswith("swp40: 1.50 GB")
+    assert lines[-1].strip().startswith(f"{49 - console_module.PORTS_LISTED} more ports: 0.00 GB in all")
+
+
+def test_a_pair_of_machines_lists_every_port_in_the_switchs_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from kvbench_cli import console as console_module  # noqa: PLC0415
+
+    screen = Console(width=120, record=True, file=io.StringIO())
+    monkeypatch.setattr(console_module, "console", screen)
+    ports = [_port("swp1", 0.0), _port("swp2", 2.0)]
+    console_module.print_fabric({"switches": [{"switch": "leaf-1", "read": True, "reads": 9, "ports": ports}]})
+    lines = [line.strip() for line in screen.export_text().splitlines()]
+    assert [line.split(":")[0] for line in lines[1:]] == ["swp1", "swp2"]

@@ -148,24 +148,61 @@ def print_acceptance(accepted: dict[str, Any]) -> None:
     console.print(f"[{colour}]{escape(accepted['verdict'])}[/{colour}]")
 
 
+# a switch's ports a terminal lists one by one; past that, the busiest, and one line for the rest (a leaf of fifty
+# machines printed fifty lines of "0.00 GB" here; the HTML report keeps the full table)
+PORTS_LISTED = 8
+
+
 def print_fabric(fabric: dict[str, Any]) -> None:
     """Switches the run's machines are cabled to: read or not, and what their ports carried."""
     gate = fabric.get("publish_gate") or {}
     for switch in fabric.get("switches", []):
         state = "read" if switch["read"] else f"[red]unread[/red] ({escape(str(switch.get('reason')))})"
         console.print(f"switch {escape(switch['switch'])}: {state}, {switch['reads']} reads around the run")
-        for port in switch.get("ports", []):
-            inbound, outbound = port.get("if.in_octets_delta"), port.get("if.out_octets_delta")
-            if inbound is None or outbound is None:  # unknown is never shown as 0
-                why = "its counters reset" if port.get("reset") else "a read lacked its counters"
-                console.print(f"  {port['port']}: unknown over {port['window_s']:.0f} s ({why})")
-                continue
-            console.print(
-                f"  {port['port']}: {(inbound + outbound) / 1e9:,.2f} GB over {port['window_s']:.0f} s "
-                f"(in {port.get('in_utilization', 0):.2%} / out {port.get('out_utilization', 0):.2%} of line rate)"
-            )
+        _print_ports(switch.get("ports", []))
     if gate and not gate.get("publishable", True):
         console.print(f"[red]not publishable[/red] [{gate['code']}] {escape(gate['message'])}. {escape(gate['fix'])}")
+
+
+def _port_bytes(port: dict[str, Any]) -> int:
+    return int(port["if.in_octets_delta"]) + int(port["if.out_octets_delta"])
+
+
+def _print_ports(ports: list[dict[str, Any]]) -> None:
+    """Unknown ports by cause (unknown is never shown as 0); the known ones in the switch's order when few, else the
+    busiest and a summary of the others."""
+    unknown: dict[str, list[str]] = {}
+    known = []
+    for port in ports:
+        if port.get("if.in_octets_delta") is None or port.get("if.out_octets_delta") is None:
+            why = "its counters reset" if port.get("reset") else "a read lacked its counters"
+            unknown.setdefault(why, []).append(str(port["port"]))
+        else:
+            known.append(port)
+    for why, names in unknown.items():
+        window = ports[0]["window_s"]
+        listed = ", ".join(names[:PORTS_LISTED]) + (
+            f" and {len(names) - PORTS_LISTED} more" if len(names) > PORTS_LISTED else ""
+        )
+        console.print(f"  {escape(listed)}: unknown over {window:.0f} s ({why})", highlight=False)
+    shown = known
+    if len(known) > PORTS_LISTED:
+        shown = sorted(known, key=_port_bytes, reverse=True)[:PORTS_LISTED]  # stable: ties keep the switch's order
+    for port in shown:
+        console.print(
+            f"  {escape(str(port['port']))}: {_port_bytes(port) / 1e9:,.2f} GB over {port['window_s']:.0f} s "
+            f"(in {port.get('in_utilization', 0):.2%} / out {port.get('out_utilization', 0):.2%} of line rate)",
+            highlight=False,
+        )
+    shown_ids = {id(p) for p in shown}
+    rest = [p for p in known if id(p) not in shown_ids]
+    if rest:
+        busiest = max(max(p.get("in_utilization") or 0, p.get("out_utilization") or 0) for p in rest)
+        console.print(
+            f"  {len(rest)} more ports: {sum(map(_port_bytes, rest)) / 1e9:,.2f} GB in all, the busiest at "
+            f"{busiest:.2%} of line rate (every port is in the HTML report)",
+            highlight=False,
+        )
 
 
 def print_refusal(body: dict[str, Any]) -> None:
