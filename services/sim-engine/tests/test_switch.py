@@ -40,3 +40,36 @@ async def test_ports_move_with_the_machines_kv_bytes_and_the_cables_show_in_lldp
             await poll_snmp(config, "wrong-community", timeout_s=0.5)
     finally:
         transport.close()
+
+
+async def test_a_slow_walk_does_not_move_the_boot_epoch() -> None:
+    """A busy poller or switch stretches the walk of every port's columns over seconds; the counters' epoch (the
+    boot second) comes from the sysUpTime read alone, so two reads of one boot agree however long each walk took."""
+    import time  # noqa: PLC0415
+
+    from kvbench_reporter.fabric import same_boot  # noqa: PLC0415
+
+    switch = SimSwitch("sim-leaf", machines=50, nic_gbps=200)
+    slow = {"s": 0.0}
+
+    def table() -> list[tuple[tuple[int, ...], object]]:
+        time.sleep(slow["s"])  # every request after the first waits: the walk, not the sysUpTime read, is slow
+        slow["s"] = slow.get("next", 0.0)
+        return switch.table()
+
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_datagram_endpoint(
+        lambda: SnmpV2cResponder("community-123", table), local_addr=("127.0.0.1", 0)
+    )
+    port = transport.get_extra_info("sockname")[1]
+    config = SwitchConfig(name="sim-leaf", address="127.0.0.1", port=port, snmp_version="2c", secret="s")
+    try:
+        quick = await poll_snmp(config, "community-123")
+        slow.update(s=0.0, next=0.1)
+        started = time.monotonic()
+        stretched = await poll_snmp(config, "community-123", timeout_s=5.0)
+        walked_s = time.monotonic() - started
+        assert walked_s > 3.5, walked_s  # the walk took longer than the epoch tolerance (2 s) and then some
+        assert same_boot(quick.samples[0].epoch, stretched.samples[0].epoch), (quick.samples[0].epoch, walked_s)
+    finally:
+        transport.close()

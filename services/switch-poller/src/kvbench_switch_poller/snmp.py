@@ -128,6 +128,7 @@ async def poll_snmp(config: SwitchConfig, secret: str, timeout_s: float = 2.0) -
             ObjectType(ObjectIdentity(SYS_UPTIME)),
             ObjectType(ObjectIdentity(SYS_NAME)),
         )
+        t_uptime = time.time_ns()  # sysUpTime was read inside this one round trip, not the walk after it
         if error or status:
             raise SnmpError(f"switch {config.name} at {config.address}:{config.port}: {error or status.prettyPrint()}")
         uptime, sys_name = int(binds[0][1]), str(binds[1][1])
@@ -148,7 +149,10 @@ async def poll_snmp(config: SwitchConfig, secret: str, timeout_s: float = 2.0) -
         raise SnmpError(f"switch {config.name} at {config.address}:{config.port}: timed out") from exc
     finally:
         engine.close_dispatcher()
-    epoch = f"{config.name}:{(t_response // 1_000_000_000) - uptime // 100}"  # boot time, to the second
+    # boot time, to the second: the middle of the round trip that read sysUpTime, less it. Not the walk's end: walking
+    # fifty ports' tables took 1 to 19 s on a busy poller, and a boot second that moved that much read as a reboot
+    # (every port's counters "reset", their deltas unknown)
+    epoch = f"{config.name}:{((t_request + t_uptime) // 2 - uptime * 10_000_000) // 1_000_000_000}"
     poll = SnmpPoll(config.name, sys_name, uptime)
     ignored = set(config.ignore_ports)
 
