@@ -115,6 +115,32 @@ async def test_sglang_mode_scrapes_like_sglang_and_a_host_tier_shows_in_the_vllm
         await client.close()
 
 
+async def test_a_shared_stores_bytes_read_as_remote_through_the_agents_normaliser() -> None:
+    """A Mooncake store tier's puts and gets reach the report as kv_bytes_stored_remote / _loaded_remote (and the
+    simulated switch's ports, which move with them): the simulator writes vLLM's operation labels, which the
+    normaliser selects, and the conformance suite holds to vLLM's source."""
+    from kvbench_node_agent.normalize import normalize  # noqa: PLC0415
+    from kvbench_node_agent.scrape import parse_samples  # noqa: PLC0415
+    from kvbench_sim.profiles import EngineConfig, TierConfig  # noqa: PLC0415
+
+    prompt = " ".join(f"t{i}" for i in range(300))
+    store = TierConfig(name="shared", capacity_gb=10, bw_gbps=22.5, lat_ms=0.5, store_id="mooncake")
+    engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=(store,))), seed=0)
+    client = TestClient(TestServer(build_app(PacedEngine(engine, speed=50.0), "Qwen/Qwen3-8B", seed=0)))
+    await client.start_server()
+    try:
+        await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
+        await client.post("/reset_prefix_cache")
+        events = await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
+        assert events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 288
+        counters = normalize(parse_samples(await (await client.get("/metrics")).text()))
+        assert counters["kv_bytes_stored_remote"] >= 288 * 147_456
+        assert counters["kv_bytes_loaded_remote"] == 288 * 147_456
+        assert counters["prompt_tokens_gpu"] == 0
+    finally:
+        await client.close()
+
+
 async def test_each_engine_empties_its_prefix_cache_through_its_own_route() -> None:
     """vLLM's POST /reset_prefix_cache keeps the host tier; SGLang's POST /flush_cache empties HiCache's host pool
     with the radix tree; a TensorRT-LLM server has no such route (the acceptance test restarts it instead)."""
