@@ -226,3 +226,43 @@ def test_a_burst_starts_half_its_expected_length_early_within_bounds() -> None:
     assert paced.burst_lead_s(400, step_wall_s=0.002) == pytest.approx(0.001)  # never more than half the step
     assert paced.burst_lead_s(5000, step_wall_s=0.5) == pytest.approx(0.005)  # never more than 5 ms
     assert paced.burst_lead_s(0, step_wall_s=0.030) == 0.0
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "sglang"])
+async def test_every_labelled_series_the_normaliser_reads_carries_values_it_selects(flavor: str) -> None:
+    """Every series the simulator writes under a family the node agent reads by label (engine_metrics.READS, held
+    to the engines' own source by the conformance suite) carries label values that read declares: a value it does
+    not select (the store's "get" for vLLM's "load_get") is traffic the report never sees. Exercised with a host, a
+    disk and a shared tier, so each tier's series is written."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    from kvbench_node_agent.engine_metrics import reads_of  # noqa: PLC0415
+    from kvbench_sim.profiles import EngineConfig, TierConfig  # noqa: PLC0415
+
+    tiers = (
+        TierConfig(name="host", capacity_gb=10, bw_gbps=25, lat_ms=0.05),
+        TierConfig(name="disk", capacity_gb=10, bw_gbps=5, lat_ms=0.2),
+        TierConfig(name="shared", capacity_gb=10, bw_gbps=22.5, lat_ms=0.5, store_id="mooncake"),
+    )
+    engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=tiers)), seed=0)
+    client = TestClient(TestServer(build_app(PacedEngine(engine, speed=50.0), "Qwen/Qwen3-8B", flavor=flavor)))
+    await client.start_server()
+    prompt = " ".join(f"t{i}" for i in range(300))
+    try:
+        await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
+        await client.post("/reset_prefix_cache" if flavor == "vllm" else "/flush_cache")
+        await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
+        text = await (await client.get("/metrics")).text()
+    finally:
+        await client.close()
+    reads = {r.family.removesuffix("_total"): r for r in reads_of(flavor) if r.labels}
+    checked = 0
+    for family in text_string_to_metric_families(text):
+        read = reads.get(family.name.removesuffix("_total"))
+        if read is None:
+            continue
+        for sample in family.samples:
+            for name, values in read.labels:
+                assert sample.labels.get(name) in values, (sample.name, sample.labels, name, values)
+                checked += 1
+    assert checked, f"the simulator wrote none of the labelled series {sorted(reads)}"
