@@ -266,3 +266,35 @@ async def test_every_labelled_series_the_normaliser_reads_carries_values_it_sele
                 assert sample.labels.get(name) in values, (sample.name, sample.labels, name, values)
                 checked += 1
     assert checked, f"the simulator wrote none of the labelled series {sorted(reads)}"
+
+
+async def test_a_pd_transfer_leaves_the_prefill_machine_as_it_reaches_the_decode_one() -> None:
+    """The prefill engine counts the prompt KV it offered (no real engine does: vLLM counts a transfer where the
+    decode side pulls it), so the simulated switch sees the bytes leave the prefill machine's port as they reach the
+    decode machine's: a split stack's traffic used to appear on the decode ports only."""
+    from kvbench_contracts.engine import SIM_KV_BYTES_SENT  # noqa: PLC0415
+    from kvbench_node_agent.normalize import normalize  # noqa: PLC0415
+    from kvbench_node_agent.scrape import parse_samples  # noqa: PLC0415
+    from kvbench_sim.tiers import Link  # noqa: PLC0415
+
+    prompt = " ".join(f"t{i}" for i in range(300))
+    prefill = TestClient(TestServer(build_app(PacedEngine(Engine(load_profile("H100", "Qwen/Qwen3-8B")), speed=50.0),
+                                              "Qwen/Qwen3-8B", engine_id="p0")))  # fmt: skip
+    decode_engine = PacedEngine(Engine(load_profile("H100", "Qwen/Qwen3-8B")), speed=50.0, transfer=Link("pd", 50e9))
+    decode = TestClient(TestServer(build_app(decode_engine, "Qwen/Qwen3-8B", engine_id="d0")))
+    await prefill.start_server()
+    await decode.start_server()
+    try:
+        handed = await prefill.post(
+            "/v1/completions",
+            json={"prompt": prompt, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}},
+        )
+        params = (await handed.json())["kv_transfer_params"]
+        await stream(decode, {"prompt": prompt, "max_tokens": 3, "kv_transfer_params": params})
+        sent = normalize(parse_samples(await (await prefill.get("/metrics")).text()))
+        received = normalize(parse_samples(await (await decode.get("/metrics")).text()))
+        assert sent[SIM_KV_BYTES_SENT] == received["kv_bytes_transferred"] == 300 * 147_456
+        assert received.get(SIM_KV_BYTES_SENT, 0.0) == 0.0  # the decode engine sent nothing
+    finally:
+        await prefill.close()
+        await decode.close()

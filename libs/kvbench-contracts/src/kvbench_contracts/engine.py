@@ -7,6 +7,7 @@ __all__ = [
     "NORMALIZED_COUNTERS",
     "NORMALIZED_GAUGES",
     "PROMPT_TOKEN_SOURCES",
+    "SIM_KV_BYTES_SENT",
     "SIM_LATE_BOUNDS_US",
     "SIM_LATE_US",
     "sim_late_counter",
@@ -17,6 +18,12 @@ __all__ = [
 # the reporter can bound a window's p99 slip; a real engine has none of them
 SIM_LATE_BOUNDS_US: tuple[int, ...] = (500, 1000, 2000, 3000, 4000, 5000)
 SIM_LATE_US = 5000  # "late": the share of tokens past this bound is held against a threshold
+
+
+# what a simulated P/D prefill engine put on the wire for decode engines to pull. Real engines count a transfer on the
+# decode side only (vLLM's NIXL and Mooncake connectors), so this is no report counter: the simulated leaf switch
+# counts it into the prefill machine's port, as a real switch sees those bytes leave it
+SIM_KV_BYTES_SENT = "sim_kv_bytes_sent"
 
 
 def sim_late_counter(bound_us: int) -> str:

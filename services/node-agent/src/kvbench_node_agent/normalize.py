@@ -15,7 +15,13 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from kvbench_contracts.engine import NORMALIZED_COUNTERS, NORMALIZED_GAUGES, SIM_LATE_BOUNDS_US, sim_late_counter
+from kvbench_contracts.engine import (
+    NORMALIZED_COUNTERS,
+    NORMALIZED_GAUGES,
+    SIM_KV_BYTES_SENT,
+    SIM_LATE_BOUNDS_US,
+    sim_late_counter,
+)
 from kvbench_node_agent import engine_metrics as m
 
 __all__ = ["COUNTERS", "GAUGES", "engine_kind", "normalize"]
@@ -319,11 +325,17 @@ def _sim_disk_tier(s: Samples) -> Samples:
     return {} if records is None or size is None else {"disk_tier_records": records, "disk_tier_bytes": size}
 
 
+def _sim_pd_sent(s: Samples) -> Samples:
+    """A simulated prefill engine's P/D bytes sent (for the simulated switch; no real engine counts them)."""
+    sent = _sum(s, "kvbench_sim_pd_bytes_sent_total")
+    return {} if sent is None else {SIM_KV_BYTES_SENT: sent}
+
+
 def normalize(samples: Samples, kind: str | None = None, external: ExternalTier = None) -> Samples:
     """``external``: for vLLM, the tier its connector's unattributed hits come from (the stack says; see
     ``kvbench_stacks.catalog.StackSpec.external_hits_tier``)."""
     kind = kind or engine_kind(samples)
-    sim = {**_sim_pacing(samples), **_sim_disk_tier(samples)}
+    sim = {**_sim_pacing(samples), **_sim_disk_tier(samples), **_sim_pd_sent(samples)}
     if kind == "vllm":
         return {**_vllm(samples, external), **sim}
     return {**(_KINDS[kind](samples) if kind in _KINDS else {}), **sim}

@@ -337,6 +337,12 @@ def build_app(
         ["tier"],
         registry=metrics.registry,
     )
+    pd_sent = Counter(
+        "kvbench_sim_pd_bytes_sent",
+        "P/D prefill side: bytes of prompt KV this engine offered decode engines to pull (vLLM counts a transfer on "
+        "the decode side only)",
+        registry=metrics.registry,
+    )
     cross_instance = Counter(
         "kvbench_sim_cross_instance_hit_tokens",
         "Prompt tokens this engine loaded from a shared tier that another engine computed and stored, by that engine",
@@ -463,6 +469,7 @@ def build_app(
                     "remote_block_ids": [],
                     "prompt_tokens": len(tokens),
                 }
+                pd_sent.inc(len(tokens) * paced.engine.profile.model.kv_bytes_per_token)  # what the decode side pulls
             return web.json_response(reply)
 
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -28,6 +28,7 @@ from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 from pysnmp.proto.rfc1902 import Counter32, Counter64, Gauge32, Integer32, OctetString, TimeTicks
 
+from kvbench_contracts.engine import SIM_KV_BYTES_SENT
 from kvbench_core.bus import NatsAuth, nats_servers
 from kvbench_core.settings import read_secret_file
 
@@ -35,7 +36,7 @@ __all__ = ["SimSwitch", "SnmpV2cResponder", "main"]
 
 log = logging.getLogger("kvbench_sim.switch")
 
-SENT = ("kv_bytes_stored_remote", "kv_bytes_transferred_out")  # the machine puts these on the wire
+SENT = ("kv_bytes_stored_remote", SIM_KV_BYTES_SENT)  # the machine puts these on the wire (P/D: its prefill engines)
 RECEIVED = ("kv_bytes_loaded_remote", "kv_bytes_transferred")  # and takes these off it
 BACKGROUND_BYTES_PER_S = 64  # LLDP and ARP on an idle port
 
