@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import tracemalloc
 
 from kvbench_sim.engine import Engine, SimRequest
 from kvbench_sim.profiles import EngineConfig, load_profile
@@ -81,11 +82,20 @@ def pool_hour(duration_s: float, machines: int = 8, rate: float = 50.0) -> dict[
     start = time.perf_counter()
     figures, _, sim = run_job(plan.workloads[0], rate, 0)
     wall = time.perf_counter() - start
+    finished = sim.records
+    # baseline in the same run: what the same requests held as RequestRecord objects (how runs kept them before)
+    sample = min(len(finished), 2000)
+    tracemalloc.start()
+    as_records = [finished[i] for i in range(sample)]
+    record_bytes = tracemalloc.get_traced_memory()[0] / max(1, len(as_records))
+    tracemalloc.stop()
     return {
         "simulated_s": duration_s,
         "wall_s": wall,
-        "requests": len(sim.records),
+        "requests": len(finished),
         "ttft_p50_ms": figures["ttft_ms"]["p50"],
+        "bytes_per_request": finished.nbytes / max(1, len(finished)),
+        "record_bytes_per_request": record_bytes,
     }
 
 
@@ -188,6 +198,13 @@ def main() -> None:
         f"batch mode, 64 engines at 400 requests/s: {big['simulated_s']:,.0f} simulated s in {big['wall_s']:.1f} s "
         f"wall · {big['requests']:,} requests, {per_request_us:.0f} us each · one hour projected "
         f"{big['wall_s'] * 3600 / big['simulated_s']:,.0f} s (goal: < 60 s)"
+    )
+    hour_requests = big["requests"] * 3600 / big["simulated_s"]
+    print(
+        f"  finished requests held: {big['bytes_per_request']:,.0f} B each as columns, against "
+        f"{big['record_bytes_per_request']:,.0f} B as RequestRecord objects (baseline, same requests) · one hour's "
+        f"{hour_requests / 1e6:.2f} million: {hour_requests * big['bytes_per_request'] / 1e9:.1f} GB against "
+        f"{hour_requests * big['record_bytes_per_request'] / 1e9:.1f} GB"
     )
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from kvbench_contracts.records import COUNTS_TYPECODE, TIMES_TYPECODE, RequestRecord
 
-__all__ = ["Columns", "pack_floats", "pack_ints", "unpack_floats", "unpack_ints"]
+__all__ = ["F8", "Columns", "pack_floats", "pack_ints", "unpack_floats", "unpack_ints"]
 
 # the contracts' packed chunk format (kvbench_contracts.records), read with numpy
 F8 = np.dtype("<" + TIMES_TYPECODE)

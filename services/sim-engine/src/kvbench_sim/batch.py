@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench_contracts.records import RequestRecord
 from kvbench_sim.engine import Engine, SimRequest, StepPlan
+from kvbench_sim.finished import FinishedRequests
 from kvbench_sim.profiles import CACHE_SERVER_STORE, Profile, cache_server_tier, load_profile
 from kvbench_sim.records import file_backed
 from kvbench_sim.stacks import SimLayout
@@ -37,9 +37,10 @@ class _Pending:
 
     session: Session
     turn: Turn
-    number: int
+    turn_number: int
     start_s: float
     prompt: list[str]
+    request_number: int  # the request's id is f"{job_id}-{request_number}"
     chunk_times: list[float] = field(default_factory=list)
     engine: int = -1
     prefill_engine: int | None = None
@@ -165,7 +166,7 @@ class Simulation:
         self.job_id, self.workload = job_id, workload
         self.t0 = start_s
         self.now = start_s
-        self.records: list[RequestRecord] = []
+        self.records = FinishedRequests(job_id, workload)
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
         self._busy: set[int] = set()  # engines running a step (index in all_engines); an idle one waits in _wake_at
@@ -186,7 +187,7 @@ class Simulation:
     def _push(self, at: float, kind: str, payload: Any) -> None:
         heapq.heappush(self._heap, (at, next(self._seq), kind, payload))
 
-    def run(self) -> list[RequestRecord]:
+    def run(self) -> FinishedRequests:
         with _few_collections():
             self._run()
         return self.records
@@ -307,8 +308,9 @@ class Simulation:
             prompt = list(turn.words)
         else:
             prompt = tokenize(turn.prompt if turn.prompt is not None else chat_to_prompt(turn.messages or []))
-        rid = f"{self.job_id}-{next(self._request_ids)}"
-        pending = _Pending(session, turn, session.turn, self.now, prompt)
+        number = next(self._request_ids)
+        rid = f"{self.job_id}-{number}"
+        pending = _Pending(session, turn, session.turn, self.now, prompt, number)
         self._by_request[rid] = pending
         cluster = self.cluster
         if cluster.prefill:
@@ -437,32 +439,20 @@ class Simulation:
         self._in_flight -= 1
         request_cached = pending.request.cached_tokens if pending.request is not None else 0
         times = pending.chunk_times
-        record = RequestRecord(
-            request_id=rid,
-            job_id=self.job_id,
-            workload=self.workload,
-            session_id=pending.session.session_id,
-            turn=pending.number,
-            start_s=pending.start_s - self.t0,
-            ttft_s=times[0] if times else None,
-            e2e_s=times[-1] if times else None,
-            chunk_times_s=times,
-            chunk_tokens=[1] * len(times),
-            prompt_tokens=len(pending.prompt),
-            output_tokens=len(times),
-            cached_tokens=request_cached,
-            ok=True,
-            shard="sim",
-        )
-        self.records.append(record)
+        start_s = pending.start_s - self.t0
+        session = pending.session
+        self.records.append(
+            pending.request_number, session.session_id, pending.turn_number, start_s, times, len(pending.prompt),
+            request_cached,
+        )  # fmt: skip
         if pending.request is not None:
             known = dict(pending.request.sources)
             known["recomputed"] = max(0, len(pending.prompt) - sum(known.values()))
             self.sources[rid] = known
         if self.source.measure_phases and pending.turn.phase in self.source.measure_phases:
-            end = record.start_s + (record.e2e_s or 0.0)
+            end = start_s + (times[-1] if times else 0.0)
             span = self.measure_span
-            span[:] = [min(span[0], record.start_s), max(span[1], end)] if span else [record.start_s, end]
+            span[:] = [min(span[0], start_s), max(span[1], end)] if span else [start_s, end]
         reply = " ".join(output_words(pending.prompt, len(times), self.seed))
         pending.session.record(pending.turn, reply, True)
         if self._queued:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvbench_contracts.plan import Plan, Workload
-from kvbench_core.analysis import DEFINITIONS, Slo, analyze
+from kvbench_core.analysis import DEFINITIONS, Slo, analyze_columns
 from kvbench_core.stats import repeat_interval
 from kvbench_sim.batch import Cluster, Simulation
 from kvbench_sim.engine import Engine
@@ -25,10 +25,12 @@ def measured_sources(sim: Simulation, warmup_s: float, load_end_s: float) -> dic
     """Prompt tokens of the measured requests by where they came from (GPU hit, tiers, a prefill engine,
     recomputed): the engines' own per-request accounting, summed over the measured window."""
     out: dict[str, int] = {"gpu_hit": 0, "recomputed": 0}
-    for record in sim.records:
-        if record.start_s < warmup_s or record.start_s + (record.e2e_s or 0.0) > load_end_s:
+    finished = sim.records
+    for i in range(len(finished)):
+        start = finished.start_s(i)
+        if start < warmup_s or start + (finished.e2e_s(i) or 0.0) > load_end_s:
             continue
-        for source, tokens in sim.sources.get(record.request_id, {}).items():
+        for source, tokens in sim.sources.get(finished.request_id(i), {}).items():
             key = "gpu_hit" if source == "device" else SOURCE_NAMES.get(source, source)
             out[key] = out.get(key, 0) + tokens
     return out
@@ -74,21 +76,23 @@ def run_job(
         start_s=start_s,
     )
     cross_before, servers_before = _cross_hits(cluster.all_engines), cluster.cache_servers()
-    records = sim.run()
+    finished = sim.run()
+    ends = (finished.start_s(i) + (finished.e2e_s(i) or 0.0) for i in range(len(finished)))
     warmup = workload.effective_warmup_s()
-    load_end = duration if duration > 0 else max((r.start_s + (r.e2e_s or 0.0) for r in records), default=0.0)
+    load_end = duration if duration > 0 else max(ends, default=0.0)
     if sim.measure_span:
         warmup, load_end = sim.measure_span
     slo = workload.measurement.slo
-    figures = analyze(records, warmup, load_end, Slo(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms))
+    figures = analyze_columns(finished.columns(), warmup, load_end, Slo(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms))
     engines = [*cluster.engines, *cluster.prefill]
-    first = min(records, key=lambda r: r.start_s, default=None)
+    first = min(range(len(finished)), key=finished.start_s, default=None)  # the earliest sent, as min() of records
+    first_ttft = finished.ttft_s(first) if first is not None else None
     figures.update(
         {
             "load_level": load_level,
             "repeat": repeat,
             # measured or not: after a (re)start, what the cold engine made the first user wait
-            "first_request_ttft_ms": first.ttft_s * 1e3 if first is not None and first.ttft_s is not None else None,
+            "first_request_ttft_ms": first_ttft * 1e3 if first_ttft is not None else None,
             "warmup_s": warmup,
             "load_end_s": load_end,
             "virtual_end_s": sim.now,

@@ -1,0 +1,45 @@
+"""A batch run's finished requests as columns: the same figures and the same records as pydantic records gave."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from kvbench_core.analysis import analyze, analyze_columns
+from kvbench_core.columns import Columns
+from kvbench_sim.finished import FinishedRequests
+
+
+def _finished() -> FinishedRequests:
+    done = FinishedRequests("job", "w")
+    done.append(0, "s0", 0, 0.5, [0.02, 0.03, 0.045], 100, 64)
+    done.append(3, "s1", 2, 1.25, [], 50, 0)  # streamed nothing
+    done.append(7, "s0", 1, 2.0, [0.1 + 0.01 * i for i in range(64)], 300, 288)
+    return done
+
+
+def test_the_columns_are_those_of_the_records_they_stand_for() -> None:
+    done = _finished()
+    direct, via_records = done.columns(), Columns.from_records(list(done))
+    for field in dataclasses.fields(Columns):
+        np.testing.assert_array_equal(getattr(direct, field.name), getattr(via_records, field.name), field.name)
+        assert getattr(direct, field.name).dtype == getattr(via_records, field.name).dtype, field.name
+    assert analyze_columns(direct, 0.0, 10.0) == analyze(list(done), 0.0, 10.0)
+
+
+def test_a_request_reads_back_as_its_record() -> None:
+    done = _finished()
+    assert len(done) == 3
+    last = done[-1]
+    assert (last.request_id, last.session_id, last.turn, last.start_s) == ("job-7", "s0", 1, 2.0)
+    assert (last.ttft_s, last.output_tokens, last.cached_tokens, last.chunk_tokens) == (0.1, 64, 288, [1] * 64)
+    assert last.e2e_s == pytest.approx(0.1 + 0.63)
+    silent = done[1]
+    assert (silent.ttft_s, silent.e2e_s, silent.output_tokens, silent.chunk_times_s) == (None, None, 0, [])
+    assert (done.ttft_s(1), done.e2e_s(1), done.request_id(1)) == (None, None, "job-3")
+    assert [r.request_id for r in done] == ["job-0", "job-3", "job-7"]
+    with pytest.raises(IndexError):
+        done[3]
+    assert done.nbytes < 2_000  # 67 chunk times and a few numbers
