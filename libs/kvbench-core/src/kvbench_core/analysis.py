@@ -104,6 +104,10 @@ def _gaps(c: Columns) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     keep = later[1:]
     icl = (c.chunk_times[1:] - c.chunk_times[:-1])[keep]
     tokens = c.chunk_tokens[1:][keep]
+    if not tokens.size or int(tokens.max()) <= 1:
+        # one token a chunk (the simulator's streams, most servers'): each gap is its own token's, so ITL is ICL.
+        # The same array, not a copy: an hour of 64 simulated engines has 92 million chunks, 740 MB per copy
+        return icl, icl
     tokens = np.where(tokens > 0, tokens, 1)
     return icl, np.repeat(icl / tokens, tokens)
 
@@ -138,6 +142,7 @@ def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = N
     c = measured
     window = max(window_s, 1e-9)
     icl, itl = _gaps(c)
+    itl_ms = summarize(itl, 1e3)
     good = _good(c, slo)
     output_tokens = int(c.output_tokens.sum())
     n = len(c)
@@ -147,8 +152,8 @@ def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = N
         "window_s": window_s,
         "ttft_ms": summarize(c.ttft_s[~np.isnan(c.ttft_s)], 1e3),
         "tpot_ms": summarize(_tpot_ms(c)),
-        "itl_ms": summarize(itl, 1e3),
-        "icl_ms": summarize(icl, 1e3),
+        "itl_ms": itl_ms,
+        "icl_ms": itl_ms if icl is itl else summarize(icl, 1e3),
         "merged_chunk_share": float((icl <= _SAME_READ_S).mean()) if icl.size else None,
         "e2e_ms": summarize(c.e2e_s[~np.isnan(c.e2e_s)], 1e3),
         "output_tokens_per_s": output_tokens / window,
