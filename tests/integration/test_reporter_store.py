@@ -270,13 +270,26 @@ async def test_raw_record_batches_store_good_rows_and_terminate_poison(fresh_dat
         await store.close()
 
 
+async def _cabled_run(
+    ingestor: Ingestor, run_id: str, node: str, switch: str, port: str, rdma: list[dict[str, str]] | None = None
+) -> None:
+    """A started run whose one machine (its eth1 cabled to ``switch``'s ``port``, as LLDP says) ran the pool."""
+    from kvbench_contracts.events import NodeInventory, NodeRegistered, RunStarted, StackReady  # noqa: PLC0415
+    from kvbench_contracts.fabric import LldpNeighbor  # noqa: PLC0415
+
+    plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
+    await ingestor.control([RunSubmitted(run_id=run_id, plan_name="p", plan=plan, jobs=[])])
+    cable = LldpNeighbor(local_port="eth1", chassis_id="aa:bb", system_name=switch, port_id=port)
+    inventory = NodeInventory(node_id=node, hostname=node, simulated=False, lldp=[cable.model_dump()], rdma=rdma or [])
+    ready = StackReady(deployment_id=f"D-{run_id}", run_id=run_id, node_id=node, endpoints=[])
+    await ingestor.control([NodeRegistered(node_id=node, inventory=inventory), ready, RunStarted(run_id=run_id)])
+
+
 async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around_the_run(fresh_database: str) -> None:
     from datetime import UTC, datetime, timedelta  # noqa: PLC0415
 
-    from kvbench_contracts.events import NodeInventory, NodeRegistered, RunStarted, StackReady  # noqa: PLC0415
     from kvbench_contracts.fabric import (  # noqa: PLC0415
         CounterSample,
-        LldpNeighbor,
         SwitchConfig,
         SwitchSampled,
         SwitchUnread,
@@ -290,19 +303,8 @@ async def test_the_publish_gate_blocks_until_every_cabled_switch_was_read_around
 
     ingestor = Ingestor(store, nothing)
     try:
-        plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
-        await ingestor.control([RunSubmitted(run_id="RF", plan_name="p", plan=plan, jobs=[])])
-        cable = LldpNeighbor(local_port="eth1", chassis_id="aa:bb", system_name="leaf1", port_id="swp1")
-        inventory = NodeInventory(
-            node_id="gpu-a",
-            hostname="gpu-a",
-            simulated=False,
-            lldp=[cable.model_dump()],
-            rdma=[{"device": "mlx5_0", "state": "ACTIVE", "netdev": "eth1"}],
-        )
-        registered = NodeRegistered(node_id="gpu-a", inventory=inventory)
-        ready = StackReady(deployment_id="D1", run_id="RF", node_id="gpu-a", endpoints=[])  # the machine ran the pool
-        await ingestor.control([registered, ready, RunStarted(run_id="RF")])
+        mlx5 = {"device": "mlx5_0", "state": "ACTIVE", "netdev": "eth1"}  # the RDMA port riding on eth1
+        await _cabled_run(ingestor, "RF", "gpu-a", "leaf1", "swp1", rdma=[mlx5])
         t0 = datetime.now(UTC)
         t1 = t0 + timedelta(seconds=60)
 
@@ -455,8 +457,7 @@ async def test_a_switch_first_read_while_fifty_stacks_stood_up_is_read_before_th
     A switch whose reads stop before the run ends is not, and the reason says which of the two went wrong."""
     from datetime import UTC, datetime, timedelta  # noqa: PLC0415
 
-    from kvbench_contracts.events import NodeInventory, NodeRegistered, RunStarted, StackReady  # noqa: PLC0415
-    from kvbench_contracts.fabric import CounterSample, LldpNeighbor, SwitchSampled  # noqa: PLC0415
+    from kvbench_contracts.fabric import CounterSample, SwitchSampled  # noqa: PLC0415
     from kvbench_reporter.fabric import fabric_section  # noqa: PLC0415
 
     store = await Store.open(fresh_database)
@@ -466,12 +467,7 @@ async def test_a_switch_first_read_while_fifty_stacks_stood_up_is_read_before_th
 
     ingestor = Ingestor(store, nothing)
     try:
-        plan = {"workloads": [{"name": "w", "stack": "vllm-prefix-gpu", "strategy": "own_cache"}]}
-        await ingestor.control([RunSubmitted(run_id="RL", plan_name="p", plan=plan, jobs=[])])
-        cable = LldpNeighbor(local_port="eth1", chassis_id="aa:bb", system_name="leaf9", port_id="swp12")
-        inventory = NodeInventory(node_id="gpu-l", hostname="gpu-l", simulated=False, lldp=[cable.model_dump()])
-        ready = StackReady(deployment_id="DL", run_id="RL", node_id="gpu-l", endpoints=[])
-        await ingestor.control([NodeRegistered(node_id="gpu-l", inventory=inventory), ready, RunStarted(run_id="RL")])
+        await _cabled_run(ingestor, "RL", "gpu-l", "leaf9", "swp12")
         t0 = datetime.now(UTC)
         t1 = t0 + timedelta(seconds=60)
 

@@ -6,8 +6,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from kvbench_sim.engine import Engine
-from kvbench_sim.profiles import load_profile
+from kvbench_sim.profiles import TierConfig, load_profile
 from kvbench_sim.server import PacedEngine, build_app
+from kvbench_stacks.catalog import LOCAL_CACHE_RESET
 
 
 async def make_client(speed: float = 50.0) -> TestClient:  # type: ignore[type-arg]
@@ -80,7 +81,7 @@ async def test_bad_requests_get_a_400_naming_the_field() -> None:
 async def test_sglang_mode_scrapes_like_sglang_and_a_host_tier_shows_in_the_vllm_sources() -> None:
     from kvbench_node_agent.normalize import normalize  # noqa: PLC0415
     from kvbench_node_agent.scrape import parse_samples  # noqa: PLC0415
-    from kvbench_sim.profiles import EngineConfig, TierConfig  # noqa: PLC0415
+    from kvbench_sim.profiles import TierConfig  # noqa: PLC0415
 
     prompt = " ".join(f"t{i}" for i in range(300))
     paced = PacedEngine(Engine(load_profile("L40S", "Qwen/Qwen3-8B"), seed=0), speed=50.0)
@@ -98,19 +99,32 @@ async def test_sglang_mode_scrapes_like_sglang_and_a_host_tier_shows_in_the_vllm
         await client.close()
     # a host tier: a reset GPU cache leaves the hit to the host tier, reported as vLLM's source="host"
     host = TierConfig(name="host", capacity_gb=10, bw_gbps=25, lat_ms=0.05)
-    engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=(host,))), seed=0)
-    paced = PacedEngine(engine, speed=50.0)
-    client = TestClient(TestServer(build_app(paced, "Qwen/Qwen3-8B", seed=0)))
+    cached, text = await _asked_again_after_a_reset((host,))
+    assert cached == 288
+    counters = normalize(parse_samples(text))
+    assert counters["prompt_tokens_host"] == 288
+    assert counters["prompt_tokens_gpu"] == 0
+    assert counters["kv_bytes_loaded_host"] == 288 * 147_456
+
+
+async def _asked_again_after_a_reset(tiers: tuple[TierConfig, ...], flavor: str = "vllm") -> tuple[int, str]:
+    """A 301-token prompt, the engine's prefix cache emptied through its own route, a prompt sharing 300 tokens with
+    it: the second one's cached tokens, and the engine's /metrics text."""
+    from kvbench_sim.profiles import EngineConfig  # noqa: PLC0415
+
+    prompt = " ".join(f"t{i}" for i in range(300))
+    engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=tiers)), seed=0)
+    client = TestClient(TestServer(build_app(PacedEngine(engine, speed=50.0), "Qwen/Qwen3-8B", flavor=flavor)))
     await client.start_server()
     try:
         await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
-        await client.post("/reset_prefix_cache")
+        route = LOCAL_CACHE_RESET[flavor]
+        assert route is not None, f"{flavor} has no route that empties its prefix cache"
+        await client.post(route)
         events = await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
-        assert events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 288
-        counters = normalize(parse_samples(await (await client.get("/metrics")).text()))
-        assert counters["prompt_tokens_host"] == 288
-        assert counters["prompt_tokens_gpu"] == 0
-        assert counters["kv_bytes_loaded_host"] == 288 * 147_456
+        return events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"], await (
+            await client.get("/metrics")
+        ).text()
     finally:
         await client.close()
 
@@ -121,24 +135,15 @@ async def test_a_shared_stores_bytes_read_as_remote_through_the_agents_normalise
     normaliser selects, and the conformance suite holds to vLLM's source."""
     from kvbench_node_agent.normalize import normalize  # noqa: PLC0415
     from kvbench_node_agent.scrape import parse_samples  # noqa: PLC0415
-    from kvbench_sim.profiles import EngineConfig, TierConfig  # noqa: PLC0415
+    from kvbench_sim.profiles import TierConfig  # noqa: PLC0415
 
-    prompt = " ".join(f"t{i}" for i in range(300))
     store = TierConfig(name="shared", capacity_gb=10, bw_gbps=22.5, lat_ms=0.5, store_id="mooncake")
-    engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=(store,))), seed=0)
-    client = TestClient(TestServer(build_app(PacedEngine(engine, speed=50.0), "Qwen/Qwen3-8B", seed=0)))
-    await client.start_server()
-    try:
-        await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
-        await client.post("/reset_prefix_cache")
-        events = await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
-        assert events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 288
-        counters = normalize(parse_samples(await (await client.get("/metrics")).text()))
-        assert counters["kv_bytes_stored_remote"] >= 288 * 147_456
-        assert counters["kv_bytes_loaded_remote"] == 288 * 147_456
-        assert counters["prompt_tokens_gpu"] == 0
-    finally:
-        await client.close()
+    cached, text = await _asked_again_after_a_reset((store,))
+    assert cached == 288
+    counters = normalize(parse_samples(text))
+    assert counters["kv_bytes_stored_remote"] >= 288 * 147_456
+    assert counters["kv_bytes_loaded_remote"] == 288 * 147_456
+    assert counters["prompt_tokens_gpu"] == 0
 
 
 async def test_each_engine_empties_its_prefix_cache_through_its_own_route() -> None:
@@ -237,24 +242,14 @@ async def test_every_labelled_series_the_normaliser_reads_carries_values_it_sele
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 
     from kvbench_node_agent.engine_metrics import reads_of  # noqa: PLC0415
-    from kvbench_sim.profiles import EngineConfig, TierConfig  # noqa: PLC0415
+    from kvbench_sim.profiles import TierConfig  # noqa: PLC0415
 
     tiers = (
         TierConfig(name="host", capacity_gb=10, bw_gbps=25, lat_ms=0.05),
         TierConfig(name="disk", capacity_gb=10, bw_gbps=5, lat_ms=0.2),
         TierConfig(name="shared", capacity_gb=10, bw_gbps=22.5, lat_ms=0.5, store_id="mooncake"),
     )
-    engine = Engine(load_profile("L40S", "Qwen/Qwen3-8B", EngineConfig(tiers=tiers)), seed=0)
-    client = TestClient(TestServer(build_app(PacedEngine(engine, speed=50.0), "Qwen/Qwen3-8B", flavor=flavor)))
-    await client.start_server()
-    prompt = " ".join(f"t{i}" for i in range(300))
-    try:
-        await stream(client, {"prompt": prompt + " a", "max_tokens": 3})
-        await client.post("/reset_prefix_cache" if flavor == "vllm" else "/flush_cache")
-        await stream(client, {"prompt": prompt + " b", "max_tokens": 3})
-        text = await (await client.get("/metrics")).text()
-    finally:
-        await client.close()
+    _, text = await _asked_again_after_a_reset(tiers, flavor)
     reads = {r.family.removesuffix("_total"): r for r in reads_of(flavor) if r.labels}
     checked = 0
     for family in text_string_to_metric_families(text):
