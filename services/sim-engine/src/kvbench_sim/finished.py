@@ -74,6 +74,11 @@ class FinishedRequests:
         end = self._offsets[i + 1]
         return self._times[end - 1] if end > self._offsets[i] else None
 
+    def end_s(self, i: int) -> float:
+        """When the request's last chunk came, in the job's time (its start when it streamed nothing): whether it
+        ended inside a measured window."""
+        return self._start[i] + (self.e2e_s(i) or 0.0)
+
     def ttft_s(self, i: int) -> float | None:
         begin = self._offsets[i]
         return self._times[begin] if self._offsets[i + 1] > begin else None

@@ -27,8 +27,7 @@ def measured_sources(sim: Simulation, warmup_s: float, load_end_s: float) -> dic
     out: dict[str, int] = {"gpu_hit": 0, "recomputed": 0}
     finished = sim.records
     for i in range(len(finished)):
-        start = finished.start_s(i)
-        if start < warmup_s or start + (finished.e2e_s(i) or 0.0) > load_end_s:
+        if finished.start_s(i) < warmup_s or finished.end_s(i) > load_end_s:
             continue
         for source, tokens in sim.sources.get(finished.request_id(i), {}).items():
             key = "gpu_hit" if source == "device" else SOURCE_NAMES.get(source, source)
@@ -77,15 +76,14 @@ def run_job(
     )
     cross_before, servers_before = _cross_hits(cluster.all_engines), cluster.cache_servers()
     finished = sim.run()
-    ends = (finished.start_s(i) + (finished.e2e_s(i) or 0.0) for i in range(len(finished)))
     warmup = workload.effective_warmup_s()
-    load_end = duration if duration > 0 else max(ends, default=0.0)
+    load_end = duration if duration > 0 else max(map(finished.end_s, range(len(finished))), default=0.0)
     if sim.measure_span:
         warmup, load_end = sim.measure_span
     slo = workload.measurement.slo
     figures = analyze_columns(finished.columns(), warmup, load_end, Slo(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms))
     engines = [*cluster.engines, *cluster.prefill]
-    first = min(range(len(finished)), key=finished.start_s, default=None)  # the earliest sent, as min() of records
+    first = min(range(len(finished)), key=finished.start_s, default=None)  # the earliest sent (the first on a tie)
     first_ttft = finished.ttft_s(first) if first is not None else None
     figures.update(
         {
