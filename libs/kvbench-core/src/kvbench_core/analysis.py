@@ -71,8 +71,9 @@ def summarize(values: Sequence[float] | np.ndarray[Any, Any], scale: float = 1.0
     arr = np.asarray(values, dtype=float) * scale
     if arr.size == 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
-    pct = np.percentile(arr, PERCENTILES)
-    out: dict[str, float | None] = {"mean": float(arr.mean())}
+    out: dict[str, float | None] = {"mean": float(arr.mean())}  # before the percentiles reorder arr
+    # arr is this function's own array (the product is always new): partitioned in place, not copied once more
+    pct = np.percentile(arr, PERCENTILES, overwrite_input=True)
     out.update({f"p{p}": float(v) for p, v in zip(PERCENTILES, pct, strict=True)})
     out["count"] = float(arr.size)
     return out
@@ -102,8 +103,10 @@ def _gaps(c: Columns) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     lengths = np.diff(c.chunk_offsets)
     later[c.chunk_offsets[:-1][lengths > 0]] = False  # first chunks start a request: no gap
     keep = later[1:]
-    icl = (c.chunk_times[1:] - c.chunk_times[:-1])[keep]
-    tokens = c.chunk_tokens[1:][keep]
+    icl = np.diff(c.chunk_times)[keep]
+    tokens = c.chunk_tokens[1:]
+    # one_token_each's view stays a view (selected, it would become 740 MB of ones for a simulated hour)
+    tokens = tokens[keep] if tokens.strides != (0,) else np.broadcast_to(tokens[:1], icl.shape)
     if not tokens.size or int(tokens.max()) <= 1:
         # one token a chunk (the simulator's streams, most servers'): each gap is its own token's, so ITL is ICL.
         # The same array, not a copy: an hour of 64 simulated engines has 92 million chunks, 740 MB per copy
