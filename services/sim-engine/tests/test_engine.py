@@ -246,6 +246,6 @@ def test_the_pools_free_list_keeps_the_order_of_one_ordered_list_through_hits_ev
                     pool.register(b, prefix[j])
                     model.register(b, prefix[j])
             held.append(blocks)
-        assert list(pool._free) == list(model.free), step
+        assert pool.free_order() == list(model.free), step
         assert pool.free_blocks == len(model.free)
     assert pool.evictions > 100

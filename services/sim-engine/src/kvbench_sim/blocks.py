@@ -7,7 +7,7 @@ hits nothing, which is the regime where offload tiers help.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Sequence
 
 __all__ = ["BlockPool", "chain_hashes"]
@@ -44,25 +44,44 @@ def _same(a: Sequence[str], b: Sequence[str]) -> bool:
 
 
 class BlockPool:
+    """The free list is vLLM's: blocks given back join its end, oldest first out; a block given back without a hash
+    goes to its front. It is kept as two queues without per-block bookkeeping on the way in (a simulated request
+    takes and gives back a hundred blocks or more every turn): ``_front``, blocks without a hash, the last given back
+    first, and ``_queue``, the rest in order. A block taken back by a hit leaves its entry where it is; an entry counts
+    only if it is its block's latest (``_entries``) and the block is still free, which ``allocate`` checks as it
+    pops. ``free_order`` lists the free list as one."""
+
     def __init__(self, num_blocks: int) -> None:
         if num_blocks <= 0:
             raise ValueError("the GPU KV cache holds no block; lower the model size or raise memory")
         self.num_blocks = num_blocks
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
-        # built in C: 64 engines' pools are 1.5 million blocks (a generator took half a second)
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._front: list[int] = []
+        self._queue: deque[int] = deque(range(num_blocks))
+        self._entries = [1] * num_blocks  # entries of each block in the two queues; only its latest can count
+        self._free = num_blocks
         self._cached: dict[int, int] = {}
         self.evictions = 0
 
     @property
     def free_blocks(self) -> int:
-        return len(self._free)
+        return self._free
 
     @property
     def usage(self) -> float:
         """Share of blocks referenced by running requests (vLLM's kv_cache_usage_perc, 0..1)."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self._free / self.num_blocks
+
+    def free_order(self) -> list[int]:
+        """The free blocks in the order ``allocate`` takes them."""
+        seen = [0] * self.num_blocks
+        out: list[int] = []
+        for b in (*reversed(self._front), *self._queue):
+            seen[b] += 1
+            if seen[b] == self._entries[b] and self._ref[b] == 0:
+                out.append(b)
+        return out
 
     def match(self, hashes: Sequence[int]) -> list[int]:
         """Blocks of the longest cached prefix."""
@@ -78,15 +97,18 @@ class BlockPool:
     def acquire_prefix(self, hashes: Sequence[int]) -> list[int]:
         """``match`` and ``touch`` in one pass: the blocks of the longest cached prefix, referenced."""
         hit: list[int] = []
-        cached, ref, free = self._cached, self._ref, self._free
+        cached, ref = self._cached, self._ref
+        taken = 0
         for h in hashes:
             block = cached.get(h)
             if block is None:
                 break
-            if ref[block] == 0:
-                free.pop(block, None)
-            ref[block] += 1
+            count = ref[block]
+            if not count:
+                taken += 1
+            ref[block] = count + 1
             hit.append(block)
+        self._free -= taken
         return hit
 
     def register_prefix(self, blocks: Sequence[int], hashes: Sequence[int], start: int, end: int) -> None:
@@ -100,26 +122,34 @@ class BlockPool:
             own[block] = h
 
     def touch(self, blocks: Sequence[int]) -> None:
-        ref, free = self._ref, self._free
+        ref = self._ref
         for b in blocks:
             if ref[b] == 0:
-                free.pop(b, None)
+                self._free -= 1
             ref[b] += 1
 
     def allocate(self, n: int) -> list[int] | None:
-        if n > len(self._free):
+        if n > self._free:
             return None
         out: list[int] = []
-        for _ in range(n):
-            b, _ = self._free.popitem(last=False)
-            old = self._hash[b]
+        front, queue, ref, entries, own, cached = (
+            self._front, self._queue, self._ref, self._entries, self._hash, self._cached
+        )  # fmt: skip
+        while len(out) < n:
+            b = front.pop() if front else queue.popleft()
+            left = entries[b] - 1
+            entries[b] = left
+            if left or ref[b]:
+                continue  # an older entry, or the block was taken back by a hit
+            old = own[b]
             if old is not None:
-                if self._cached.get(old) == b:
-                    del self._cached[old]
-                self._hash[b] = None
+                if cached.get(old) == b:
+                    del cached[old]
+                own[b] = None
                 self.evictions += 1
-            self._ref[b] = 1
+            ref[b] = 1
             out.append(b)
+        self._free -= n
         return out
 
     def register(self, block: int, h: int) -> None:
@@ -131,21 +161,35 @@ class BlockPool:
 
     def release(self, blocks: Sequence[int]) -> None:
         # reversed, like vLLM: a request's tail blocks are the first to be evicted
-        ref, free, hashes = self._ref, self._free, self._hash
+        ref, own, entries, front, queue = self._ref, self._hash, self._entries, self._front, self._queue
+        freed = 0
         for b in reversed(blocks):
             left = ref[b] - 1
             ref[b] = left
-            if left == 0:
-                free[b] = None
-                if hashes[b] is None:
-                    free.move_to_end(b, last=False)
+            if not left:
+                freed += 1
+                entries[b] += 1
+                if own[b] is None:
+                    front.append(b)
+                else:
+                    queue.append(b)
+        self._free += freed
+        if len(queue) > 2 * self.num_blocks:  # hits left many dead entries behind (nothing was allocated)
+            self._compact()
+
+    def _compact(self) -> None:
+        order = self.free_order()
+        self._entries = [0] * self.num_blocks
+        for b in order:
+            self._entries[b] = 1
+        self._front, self._queue = [], deque(order)
 
     def reset(self) -> int:
         """Forget every cached hash of a free block (POST /reset_prefix_cache); returns how many."""
         dropped = 0
-        for b in list(self._free):
+        for b in range(self.num_blocks):
             h = self._hash[b]
-            if h is not None:
+            if h is not None and self._ref[b] == 0:
                 self._cached.pop(h, None)
                 self._hash[b] = None
                 dropped += 1
