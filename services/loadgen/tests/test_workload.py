@@ -32,12 +32,16 @@ def test_synthetic_sessions_share_a_prefix_per_group_and_resend_history() -> Non
     first = s0.next_turn()
     assert first is not None
     assert first.prompt_tokens == 55
-    assert first.prompt is not None
+    first_text = first.text()
+    assert first_text is not None
+    assert first_text.split() == list(first.words or ())
+    assert first.head(20) == first_text[:20]
     s0.record(first, " o1 o2 o3", ok=True)
     second = s0.next_turn()
     assert second is not None
-    assert second.prompt is not None
-    assert second.prompt.startswith(first.prompt + " o1 o2 o3 ")  # history resent verbatim
+    second_text = second.text()
+    assert second_text is not None
+    assert second_text.startswith(first_text + " o1 o2 o3 ")  # history resent verbatim
     s0.record(second, " x", ok=True)
     assert s0.next_turn() is None  # two turns, then the session is over
     again = source.next_session(0)

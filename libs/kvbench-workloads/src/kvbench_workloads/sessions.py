@@ -16,24 +16,32 @@ __all__ = ["ReplaySession", "Session", "Turn"]
 
 @dataclass(frozen=True)
 class Turn:
-    """One request: the body part that carries the prompt (``prompt`` or ``messages``) and its sizes."""
+    """One request: the body part that carries the prompt (``prompt``, ``words`` or ``messages``) and its sizes."""
 
-    prompt: str | None
+    prompt: str | None  # None for a chat turn, and for a turn built as ``words`` (joined when sent: ``text``)
     messages: list[dict[str, Any]] | None
     prompt_tokens: int  # by the load generator's tokenizer (the engine's usage, when sent, wins)
     output_tokens: int
     gap_s: float = 0.0  # wait after the previous turn's response before sending this one (think time, pre_gap)
     phase: int = 0  # document_reuse: the round this visit belongs to
-    words: tuple[str, ...] | None = None  # the prompt already split (synthetic prompts; saves re-splitting)
+    words: tuple[str, ...] | None = None  # the prompt as words (synthetic prompts: the simulator never joins them)
 
     @property
     def chat(self) -> bool:
         return self.messages is not None
 
+    def text(self) -> str | None:
+        """The completion prompt as sent: ``prompt``, or ``words`` joined by spaces; None for a chat turn."""
+        if self.prompt is not None or self.words is None:
+            return self.prompt
+        return " ".join(self.words)
+
     def head(self, chars: int = 512) -> str:
         """The start of the prompt, for prefix-aware routing."""
         if self.prompt is not None:
             return self.prompt[:chars]
+        if self.words is not None:  # chars words make at least chars characters: the same start as text()'s
+            return " ".join(self.words[:chars])[:chars]
         return str((self.messages or [{}])[0].get("content") or "")[:chars]
 
 

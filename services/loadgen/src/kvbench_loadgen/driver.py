@@ -246,7 +246,7 @@ class Driver:
         if turn.chat:
             payload["messages"] = turn.messages
         else:
-            payload["prompt"] = turn.prompt
+            payload["prompt"] = turn.text()
         endpoint = self.router.pick(session.session_id, turn.head())
         number = session.turn
         # the record's id goes out as X-Request-Id: vLLM and SGLang use it as their request id, so engine logs
@@ -289,8 +289,8 @@ class Driver:
     def _emit(self, session: Session, number: int, turn: Turn, result: StreamResult, request_id: str) -> None:
         cfg = self.config
         expected = turn.prompt_tokens
-        if result.prompt_tokens is None and self.source.count_tokens is not None and turn.prompt is not None:
-            expected = self.source.count_tokens(turn.prompt)  # no usage from the server: the model's own count
+        if result.prompt_tokens is None and self.source.count_tokens is not None and (text := turn.text()) is not None:
+            expected = self.source.count_tokens(text)  # no usage from the server: the model's own count
         record = to_record(
             result,
             load_t0=self.load_t0,

@@ -13,7 +13,7 @@ import hashlib
 import heapq
 import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ class _Pending:
     turn: Turn
     turn_number: int
     start_s: float
-    prompt: list[str]
+    prompt: Sequence[str]
     request_number: int  # the request's id is f"{job_id}-{request_number}"
     chunk_times: list[float] = field(default_factory=list)
     engine: int = -1
@@ -117,7 +117,7 @@ class Cluster:
         self.pd_link.flows.clear()
         return max(e.serving_from_s for e in self.all_engines)
 
-    def pick(self, session_id: str, prompt: list[str]) -> int:
+    def pick(self, session_id: str, prompt: Sequence[str]) -> int:
         n = len(self.engines)
         if n == 1:
             return 0
@@ -305,9 +305,10 @@ class Simulation:
             return
         self._in_flight += 1
         if turn.words is not None:
-            prompt = list(turn.words)
+            prompt: Sequence[str] = turn.words  # a tuple, shared, never changed
         else:
-            prompt = tokenize(turn.prompt if turn.prompt is not None else chat_to_prompt(turn.messages or []))
+            text = turn.text()
+            prompt = tokenize(text if text is not None else chat_to_prompt(turn.messages or []))
         number = next(self._request_ids)
         rid = f"{self.job_id}-{number}"
         pending = _Pending(session, turn, session.turn, self.now, prompt, number)

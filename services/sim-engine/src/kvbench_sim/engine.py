@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvbench_sim.blocks import BlockPool, chain_hashes
@@ -23,7 +24,7 @@ __all__ = ["Engine", "EngineCounters", "SimRequest", "StepPlan", "TokenEvent"]
 @dataclass(eq=False)  # identity: the scheduler looks requests up in its queues many times per step
 class SimRequest:
     request_id: str
-    prompt: list[str]
+    prompt: Sequence[str]
     max_tokens: int
     arrival_s: float
     hashes: list[int] = field(default_factory=list)

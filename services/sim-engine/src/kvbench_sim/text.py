@@ -9,6 +9,7 @@ give the same text (what an accuracy gate compares between cached and uncached r
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["chat_to_prompt", "output_words", "tokenize"]
@@ -29,7 +30,7 @@ def chat_to_prompt(messages: list[dict[str, Any]]) -> str:
     return " ".join(parts)
 
 
-def output_words(prompt_tokens: list[str], count: int, seed: int) -> list[str]:
+def output_words(prompt_tokens: Sequence[str], count: int, seed: int) -> list[str]:
     """``count`` words drawn from an extendable-output hash (SHAKE-128) of the prompt's last 64 tokens and the
     seed: two bytes a word, so a whole reply costs one hash call."""
     key = " ".join(prompt_tokens[-64:]).encode() + seed.to_bytes(8, "big")

@@ -7,6 +7,7 @@ and the model's replies) is resent on every turn.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from functools import lru_cache
 
 from kvbench_workloads.prompts import words
@@ -20,12 +21,12 @@ class SyntheticSession(Session):
     """A user's conversation: a group prefix, then per turn new input; the history (inputs and the model's
     replies) is resent on every turn."""
 
-    def __init__(self, session_id: str, prefix: list[str], turns: int, input_tokens: int, output_tokens: int,
+    def __init__(self, session_id: str, prefix: Sequence[str], turns: int, input_tokens: int, output_tokens: int,
                  think_time_s: float) -> None:  # fmt: skip
         super().__init__(session_id)
-        self.prefix, self.turns = prefix, turns
+        self.prefix, self.turns = tuple(prefix), turns
         self.input_tokens, self.output_tokens, self.think_time_s = input_tokens, output_tokens, think_time_s
-        self.history: list[str] = []
+        self.context = self.prefix  # the prefix, then what was said so far (inputs and replies), resent each turn
         self._built: tuple[int, Turn] | None = None  # the driver may look at the next turn before sending it
 
     def next_turn(self) -> Turn | None:
@@ -33,9 +34,9 @@ class SyntheticSession(Session):
             return None
         if self._built is not None and self._built[0] == self.turn:
             return self._built[1]
-        prompt = (*self.prefix, *self.history, *words(f"{self.session_id}/t{self.turn}", self.input_tokens))
+        prompt = self.context + tuple(words(f"{self.session_id}/t{self.turn}", self.input_tokens))
         turn = Turn(
-            prompt=" ".join(prompt),
+            prompt=None,  # joined when sent (Turn.text): batch mode never needs the string
             messages=None,
             words=prompt,
             prompt_tokens=len(prompt),
@@ -48,7 +49,7 @@ class SyntheticSession(Session):
     def record(self, turn: Turn, reply: str, ok: bool) -> None:
         if ok:
             said = turn.words if turn.words is not None else tuple((turn.prompt or "").split())
-            self.history = [*said[len(self.prefix) :], *reply.split()]
+            self.context = self.prefix + said[len(self.prefix) :] + tuple(reply.split())  # tuples: joined in C
             self.turn += 1
         else:
             self.turn = self.turns  # a failed turn ends the conversation: its history is unknown
@@ -76,11 +77,11 @@ def synthetic_source(request: ShapeRequest) -> Source:
     def next_session(user: int) -> Session:
         number = next(numbers.setdefault(user, itertools.count()))
         if shape == "per_user_history":
-            prefix: list[str] = []
+            prefix: tuple[str, ...] = ()
         else:
             # a user keeps its group; with more groups than users (working-set ratio) its sessions walk the groups
             group = user % groups if groups <= population else (user + number * population) % groups
-            prefix = _prefix(group, prefix_tokens)
+            prefix = _prefix_words(group, prefix_tokens)  # one tuple shared by the group's sessions
         return SyntheticSession(
             f"u{user}-s{number}", prefix, turns, input_tokens, output_tokens, float(spec.get("think_time_s", 0.0))
         )
@@ -91,7 +92,3 @@ def synthetic_source(request: ShapeRequest) -> Source:
 @lru_cache(maxsize=4096)
 def _prefix_words(group: int, tokens: int) -> tuple[str, ...]:
     return tuple(words(f"prefix/{group}", tokens))
-
-
-def _prefix(group: int, tokens: int) -> list[str]:
-    return list(_prefix_words(group, tokens))
