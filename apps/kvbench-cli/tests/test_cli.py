@@ -183,3 +183,25 @@ def test_a_pair_of_machines_lists_every_port_in_the_switchs_order(monkeypatch: p
     console_module.print_fabric({"switches": [{"switch": "leaf-1", "read": True, "reads": 9, "ports": ports}]})
     lines = [line.strip() for line in screen.export_text().splitlines()]
     assert [line.split(":")[0] for line in lines[1:]] == ["swp1", "swp2"]
+
+
+def test_sim_run_outside_a_terminal_says_what_it_simulates_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In a log, in CI or beside --json's report (stdout's): plain progress lines on stderr, one as each job starts,
+    never minutes of silence."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "version: 1\nname: quick\ndefaults:\n  cluster: {sim: {machines: 1, gpu: H100, gpus_per_machine: 1}}\n"
+        "  traffic: {shape: shared_prompt, arrivals: {mode: request_rate, rates: [5]}, duration_s: 20}\n"
+        "  measurement: {repeats: 2, warmup_s: 2}\n"
+        "workloads: [{name: w, strategy: own_cache, stack: vllm-prefix-gpu}]\n"
+    )
+    with pytest.raises(SystemExit) as ok:
+        main(["sim", "run", str(plan), "--json"])
+    assert ok.value.code == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["plan_name"] == "quick"
+    lines = out.err.splitlines()
+    assert lines[0].startswith("simulating w: load 5, repeat 1/2 · 0 of 20 simulated s · 0 requests · job 1 of 2")
+    assert any(line.startswith("simulating w: load 5, repeat 2/2 · 0 of 20 simulated s") for line in lines)

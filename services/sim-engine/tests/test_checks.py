@@ -345,3 +345,52 @@ def test_engines_sharing_one_lmcache_server_reuse_what_the_others_computed() -> 
         "sizing": plan.workloads[2].sizing.model_copy(update={"engines_per_cache_server": None})})]})  # fmt: skip
     (by_machine,) = [w["test_points"][0]["jobs"][0] for w in run_plan(default)["workloads"]]
     assert sorted(s["engines"] for s in by_machine["cache_servers"]) == [["e0", "e1"], ["e2", "e3"]]
+
+
+def test_a_long_simulation_tells_how_far_it_is() -> None:
+    """An hour of 64 engines takes minutes: run_plan says which job it simulates as each starts, then how far into
+    it (virtual seconds, requests finished) while it runs, and the plan's share done, which only grows."""
+    from kvbench_sim.whatif import SimProgress, run_plan  # noqa: PLC0415
+
+    plan = Plan.model_validate(
+        {
+            "version": 1,
+            "name": "long",
+            "defaults": {
+                "cluster": {"sim": {"machines": 2, "gpu": "H100", "gpus_per_machine": 1}},
+                "traffic": {
+                    "shape": "synthetic_sessions",
+                    "synthetic": {
+                        "prefix_tokens": 256,
+                        "groups": 4,
+                        "turns": 2,
+                        "input_tokens": 64,
+                        "output_tokens": 16,
+                    },
+                    "arrivals": {"mode": "request_rate", "rates": [20, 40]},
+                    "duration_s": 60,
+                },
+                "measurement": {"repeats": 1, "warmup_s": 5},
+            },
+            "workloads": [{"name": "w", "strategy": "own_cache", "stack": "vllm-prefix-gpu"}],
+        }
+    )
+    told: list[SimProgress] = []
+    report = run_plan(plan, progress=told.append, progress_every_s=0.0)
+    starts = [t for t in told if t.simulated_s == 0.0 and t.requests == 0]
+    assert [(t.job, t.jobs_done, t.jobs) for t in starts] == [
+        ("w: load 20, repeat 1/1", 0, 2),
+        ("w: load 40, repeat 1/1", 1, 2),
+    ]
+    inside = [t for t in told if t not in starts]
+    assert {t.job for t in inside} == {"w: load 20, repeat 1/1", "w: load 40, repeat 1/1"}  # told within each job
+    done = [t.done for t in told]
+    assert done == sorted(done)
+    assert done[0] >= 0.0
+    assert done[-1] <= 1.0
+    last_of_first = [t for t in inside if t.jobs_done == 0][-1]
+    assert 0 < last_of_first.requests <= report["workloads"][0]["test_points"][0]["jobs"][0]["requests_total"]
+    assert last_of_first.line().startswith(
+        f"w: load 20, repeat 1/1 · {last_of_first.simulated_s:,.0f} of 60 simulated s"
+    )
+    assert "job 1 of 2" in last_of_first.line()

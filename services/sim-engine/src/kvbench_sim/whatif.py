@@ -4,7 +4,9 @@ the report's own definitions (no services, no sleeping)."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kvbench_contracts.plan import Plan, Workload
@@ -15,9 +17,40 @@ from kvbench_sim.engine import Engine
 from kvbench_sim.stacks import layout_for
 from kvbench_workloads.sources import build_source
 
-__all__ = ["measured_sources", "run_job", "run_plan"]
+__all__ = ["SimProgress", "measured_sources", "run_job", "run_plan"]
 
-Progress = Callable[[str], None]
+
+@dataclass(frozen=True)
+class SimProgress:
+    """Where ``run_plan`` is: the job it simulates, how far into it, and the whole plan's share done."""
+
+    job: str  # "WORKLOAD: load L, repeat R/N"
+    jobs_done: int
+    jobs: int
+    simulated_s: float  # virtual seconds of this job so far
+    span_s: float | None  # the job's load duration (None: until its traffic ends)
+    requests: int  # finished so far in this job
+    wall_s: float  # since the plan started
+
+    @property
+    def done(self) -> float:
+        """The plan's share done, 0..1: finished jobs, plus this job's share of its load duration."""
+        inside = min(1.0, self.simulated_s / self.span_s) if self.span_s else 0.0
+        return min(1.0, (self.jobs_done + inside) / max(1, self.jobs))
+
+    def line(self) -> str:
+        span = f" of {self.span_s:,.0f}" if self.span_s else ""
+        text = (
+            f"{self.job} · {self.simulated_s:,.0f}{span} simulated s · {self.requests:,} requests · "
+            f"job {self.jobs_done + 1} of {self.jobs} · {self.wall_s:,.0f} s wall"
+        )
+        done = self.done
+        if 0.02 <= done < 1.0:  # the rate so far, once there is one to go by
+            text += f", about {self.wall_s * (1 - done) / done:,.0f} s left"
+        return text
+
+
+Progress = Callable[[SimProgress], None]
 SOURCE_NAMES = {"host": "host_tier", "disk": "disk_tier", "shared": "shared_store", "transferred": "transferred"}
 
 
@@ -36,9 +69,17 @@ def measured_sources(sim: Simulation, warmup_s: float, load_end_s: float) -> dic
 
 
 def run_job(
-    workload: Workload, load_level: float, repeat: int, *, cluster: Cluster | None = None, start_s: float = 0.0
+    workload: Workload,
+    load_level: float,
+    repeat: int,
+    *,
+    cluster: Cluster | None = None,
+    start_s: float = 0.0,
+    progress: Callable[[float, int], None] | None = None,
+    progress_every_s: float = 1.0,
 ) -> tuple[dict[str, Any], Cluster, Simulation]:
-    """One job in virtual time; returns its figures, and the cluster (to continue or restart it)."""
+    """One job in virtual time; returns its figures, and the cluster (to continue or restart it). ``progress``: see
+    ``Simulation``."""
     if workload.cluster.sim is None:
         raise ValueError(f"workload {workload.name}: batch mode needs a simulated cluster (cluster.sim)")
     sim_cluster = workload.cluster.sim.model_dump()
@@ -73,6 +114,8 @@ def run_job(
         job_id=f"{workload.name}-{load_level:g}-{repeat}",
         workload=workload.name,
         start_s=start_s,
+        progress=progress,
+        progress_every_s=progress_every_s,
     )
     cross_before, servers_before = _cross_hits(cluster.all_engines), cluster.cache_servers()
     finished = sim.run()
@@ -115,6 +158,17 @@ def run_job(
     return figures, cluster, sim
 
 
+def _teller(
+    progress: Progress, started: float, job: str, jobs_done: int, jobs: int, span_s: float | None
+) -> Callable[[float, int], None]:
+    """What a job's simulation calls with its virtual seconds and finished requests: ``progress`` told in full."""
+
+    def tell(simulated_s: float, requests: int) -> None:
+        progress(SimProgress(job, jobs_done, jobs, simulated_s, span_s, requests, time.monotonic() - started))
+
+    return tell
+
+
 def _cross_hits(engines: list[Engine]) -> dict[str, int]:
     out: dict[str, int] = {}
     for engine in engines:
@@ -148,11 +202,15 @@ def _summary(values: list[float | None]) -> dict[str, Any]:
     return repeat_interval(values)
 
 
-def run_plan(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
+def run_plan(plan: Plan, progress: Progress | None = None, progress_every_s: float = 1.0) -> dict[str, Any]:
     """Every workload on its own simulated cluster; its jobs one after another on that cluster, as the planner
     runs them: before every job but the first, ``cache_state: empty`` restarts the stack (``restart_stack``) and
-    ``warm`` keeps every cache."""
+    ``warm`` keeps every cache. ``progress``: told as each job starts, then every ``progress_every_s`` of wall time
+    while it runs."""
     workloads = []
+    started = time.monotonic()
+    jobs_total = sum(len(w.traffic.arrivals.load_levels()) * w.measurement.repeats for w in plan.workloads)
+    jobs_done = 0
     for workload in plan.workloads:
         points: list[dict[str, Any]] = []
         cluster: Cluster | None = None
@@ -161,15 +219,22 @@ def run_plan(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
         for level in workload.traffic.arrivals.load_levels():
             jobs: list[dict[str, Any]] = []
             for repeat in range(workload.measurement.repeats):
-                if progress:
-                    progress(f"{workload.name}: load {level:g}, repeat {repeat + 1}/{workload.measurement.repeats}")
+                name = f"{workload.name}: load {level:g}, repeat {repeat + 1}/{workload.measurement.repeats}"
+                span = workload.effective_load_duration_s() or None
+                tell = _teller(progress, started, name, jobs_done, jobs_total, span) if progress else None
+                if tell is not None:
+                    tell(0.0, 0)
                 state, start_s = workload.cache_start(index), end_s
                 index += 1
                 if state == "restarted" and cluster is not None:
                     start_s = cluster.restart_stack(end_s)
-                figures, cluster, sim = run_job(workload, level, repeat, cluster=cluster, start_s=start_s)
+                figures, cluster, sim = run_job(
+                    workload, level, repeat, cluster=cluster, start_s=start_s,
+                    progress=tell, progress_every_s=progress_every_s,
+                )  # fmt: skip
                 figures["cache_state"] = state
                 end_s = sim.now
+                jobs_done += 1
                 jobs.append(figures)
             points.append(
                 {

@@ -7,9 +7,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kvbench_cli.console import (
@@ -18,6 +19,9 @@ from kvbench_cli.console import (
     ms,
     print_refusal,
 )
+
+if TYPE_CHECKING:
+    from kvbench_sim.entrypoints import SimProgress
 
 __all__ = ["register"]
 
@@ -36,11 +40,19 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
         return 2
     started = time.monotonic()
     try:
-        if args.json:
-            report = run_plan(review.plan)
+        if args.json or not err_console.is_terminal:
+            report = run_plan(review.plan, progress=_plain_progress, progress_every_s=PLAIN_EVERY_S)
         else:
-            with console.status("simulating") as status:
-                report = run_plan(review.plan, progress=lambda text: status.update(f"simulating {text}"))
+            with Progress(
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                console=err_console, transient=True,
+            ) as bar:  # fmt: skip
+                task = bar.add_task("simulating", total=1.0)
+
+                def show(where: SimProgress) -> None:
+                    bar.update(task, completed=where.done, description=f"simulating {escape(where.line())}")
+
+                report = run_plan(review.plan, progress=show, progress_every_s=0.5)
     except ValueError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
@@ -74,6 +86,15 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
         "job's first request, measured or not"
     )
     return 0
+
+
+PLAIN_EVERY_S = 10.0  # in a log or CI, or beside --json's output: a line this often, never minutes of silence
+
+
+def _plain_progress(where: SimProgress) -> None:
+    """Progress outside a terminal (and with --json, whose report is stdout's): plain lines on stderr."""
+    sys.stderr.write(f"simulating {where.line()}\n")
+    sys.stderr.flush()
 
 
 BOTTLENECK = 0.7  # a shared server's link busy this share of a job: its loads queue behind each other
