@@ -394,3 +394,4 @@ def test_a_long_simulation_tells_how_far_it_is() -> None:
         f"w: load 20, repeat 1/1 · {last_of_first.simulated_s:,.0f} of 60 simulated s"
     )
     assert "job 1 of 2" in last_of_first.line()
+    assert last_of_first.short() == f"w: load 20, repeat 1/1 · {last_of_first.simulated_s:,.0f}/60 s"

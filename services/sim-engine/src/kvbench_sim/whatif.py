@@ -38,6 +38,11 @@ class SimProgress:
         inside = min(1.0, self.simulated_s / self.span_s) if self.span_s else 0.0
         return min(1.0, (self.jobs_done + inside) / max(1, self.jobs))
 
+    def short(self) -> str:
+        """For a progress bar beside it: the job and its virtual seconds."""
+        span = f"/{self.span_s:,.0f}" if self.span_s else ""
+        return f"{self.job} · {self.simulated_s:,.0f}{span} s"
+
     def line(self) -> str:
         span = f" of {self.span_s:,.0f}" if self.span_s else ""
         text = (

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from kvbench_cli.console import (
@@ -44,13 +44,13 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
             report = run_plan(review.plan, progress=_plain_progress, progress_every_s=PLAIN_EVERY_S)
         else:
             with Progress(
-                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
                 console=err_console, transient=True,
             ) as bar:  # fmt: skip
                 task = bar.add_task("simulating", total=1.0)
 
                 def show(where: SimProgress) -> None:
-                    bar.update(task, completed=where.done, description=f"simulating {escape(where.line())}")
+                    bar.update(task, completed=where.done, description=escape(where.short()))
 
                 report = run_plan(review.plan, progress=show, progress_every_s=0.5)
     except ValueError as exc:
