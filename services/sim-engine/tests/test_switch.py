@@ -73,3 +73,24 @@ async def test_a_slow_walk_does_not_move_the_boot_epoch() -> None:
         assert same_boot(quick.samples[0].epoch, stretched.samples[0].epoch), (quick.samples[0].epoch, walked_s)
     finally:
         transport.close()
+
+
+def test_the_table_built_once_serves_the_counters_as_they_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OIDs and fixed values are built on the first request; every later one reads the uptime and octets anew:
+    the same table as a switch that built everything after the bytes moved."""
+    import time  # noqa: PLC0415
+
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(time, "monotonic", lambda: clock["now"])  # uptime and background, fixed
+    before = SimSwitch("sim-leaf", machines=12, nic_gbps=100)
+    before.table()
+    clock["now"] += 30.0
+    for switch in (before, after := SimSwitch("sim-leaf", machines=12, nic_gbps=100)):
+        switch.observe("sim-3", "e0", {"kv_bytes_stored_remote": 123_456, "kv_bytes_loaded_remote": 77})
+    after.started = before.started
+    served, fresh = before.table(), after.table()
+    assert dict(served)[(1, 3, 6, 1, 2, 1, 1, 3, 0)] == 3000  # sysUpTime moved on: 30 s in hundredths
+    assert [oid for oid, _ in served] == sorted(oid for oid, _ in fresh)
+    assert [str(value) for _, value in served] == [str(value) for _, value in fresh]
+    octets = dict(served)[(1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 6, 4)]  # swp4 (sim-3): what it sent
+    assert int(octets) >= 123_456

@@ -59,6 +59,7 @@ class SimSwitch:
         self.mtu = mtu
         self.ports = [Port(f"swp{i + 1}", i + 1, f"sim-{i}") for i in range(machines)]
         self._by_node = {p.node: p for p in self.ports}
+        self._template: tuple[list[tuple[tuple[int, ...], Any]], list[tuple[int, Port | None, int]]] | None = None
 
     def port_of(self, node: str) -> Port | None:
         return self._by_node.get(node)
@@ -81,36 +82,58 @@ class SimSwitch:
                 port.out_octets += int(step)
 
     def table(self) -> list[tuple[tuple[int, ...], Any]]:
-        """Every (OID, value) this agent serves, sorted."""
-        uptime = int((time.monotonic() - self.started) * 100)
-        background = int((time.monotonic() - self.started) * BACKGROUND_BYTES_PER_S)
-        rows: list[tuple[tuple[int, ...], Any]] = [
-            ((1, 3, 6, 1, 2, 1, 1, 1, 0), OctetString(f"kvbench simulated leaf {self.name}")),
-            ((1, 3, 6, 1, 2, 1, 1, 3, 0), TimeTicks(uptime)),
-            ((1, 3, 6, 1, 2, 1, 1, 5, 0), OctetString(self.name)),
+        """Every (OID, value) this agent serves, sorted. A walk of fifty ports is dozens of requests, each asking
+        for the table: the OIDs, their order and the values that never change are built once (``_template``); a
+        request builds only the uptime and the octet counters."""
+        if self._template is None:
+            self._template = self._build_template()
+        rows, moving = self._template
+        elapsed = time.monotonic() - self.started
+        uptime, background = int(elapsed * 100), int(elapsed * BACKGROUND_BYTES_PER_S)
+        out = rows.copy()
+        for at, port, column in moving:
+            oid = out[at][0]
+            if port is None:  # sysUpTime
+                out[at] = (oid, TimeTicks(uptime))
+            else:
+                octets = port.in_octets if column == _IN_OCTETS else port.out_octets
+                out[at] = (oid, Counter64(octets + background))
+        return out
+
+    def _build_template(self) -> tuple[list[tuple[tuple[int, ...], Any]], list[tuple[int, Port | None, int]]]:
+        """The sorted rows, and where each moving value goes: (row, its port, which value)."""
+        rows: list[tuple[tuple[int, ...], Any, Port | None, int]] = [
+            ((1, 3, 6, 1, 2, 1, 1, 1, 0), OctetString(f"kvbench simulated leaf {self.name}"), None, _FIXED),
+            ((1, 3, 6, 1, 2, 1, 1, 3, 0), None, None, _UPTIME),
+            ((1, 3, 6, 1, 2, 1, 1, 5, 0), OctetString(self.name), None, _FIXED),
         ]
         for p in self.ports:
             i = p.if_index
             rows += [
-                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 4, i), Integer32(self.mtu)),
-                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 8, i), Integer32(1)),
-                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 13, i), Counter32(0)),
-                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 14, i), Counter32(0)),
-                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 19, i), Counter32(0)),
-                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 20, i), Counter32(0)),
-                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 1, i), OctetString(p.name)),
-                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 6, i), Counter64(p.in_octets + background)),
-                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 10, i), Counter64(p.out_octets + background)),
-                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 15, i), Gauge32(self.speed_mbps)),
+                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 4, i), Integer32(self.mtu), p, _FIXED),
+                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 8, i), Integer32(1), p, _FIXED),
+                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 13, i), Counter32(0), p, _FIXED),
+                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 14, i), Counter32(0), p, _FIXED),
+                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 19, i), Counter32(0), p, _FIXED),
+                ((1, 3, 6, 1, 2, 1, 2, 2, 1, 20, i), Counter32(0), p, _FIXED),
+                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 1, i), OctetString(p.name), p, _FIXED),
+                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 6, i), None, p, _IN_OCTETS),
+                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 10, i), None, p, _OUT_OCTETS),
+                ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 15, i), Gauge32(self.speed_mbps), p, _FIXED),
                 # LLDP-MIB lldpRemTable (timeMark 0, localPortNum = ifIndex, remIndex 1)
-                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 4, 0, i, 1), Integer32(7)),
-                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 5, 0, i, 1), OctetString(p.node)),
-                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 6, 0, i, 1), Integer32(5)),
-                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 7, 0, i, 1), OctetString("eth0")),
-                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 8, 0, i, 1), OctetString("eth0")),
-                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 9, 0, i, 1), OctetString(p.node)),
+                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 4, 0, i, 1), Integer32(7), p, _FIXED),
+                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 5, 0, i, 1), OctetString(p.node), p, _FIXED),
+                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 6, 0, i, 1), Integer32(5), p, _FIXED),
+                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 7, 0, i, 1), OctetString("eth0"), p, _FIXED),
+                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 8, 0, i, 1), OctetString("eth0"), p, _FIXED),
+                ((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1, 9, 0, i, 1), OctetString(p.node), p, _FIXED),
             ]
-        return sorted(rows, key=lambda r: r[0])
+        rows.sort(key=lambda r: r[0])
+        moving = [(at, port, column) for at, (_, _, port, column) in enumerate(rows) if column != _FIXED]
+        return [(oid, value) for oid, value, _, _ in rows], moving
+
+
+_FIXED, _UPTIME, _IN_OCTETS, _OUT_OCTETS = range(4)  # what a table row's value is: set once, or read per request
 
 
 class SnmpV2cResponder(asyncio.DatagramProtocol):
