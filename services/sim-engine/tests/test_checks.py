@@ -68,7 +68,7 @@ def _first_request_after_restart(cluster: Cluster, workload: Workload, at_s: flo
         load_level=1, duration_s=0, start_s=at_s,
     )  # fmt: skip
     records = sim.run()
-    return (records[0].ttft_s or 0.0), sim.sources[records[0].request_id]
+    return (records[0].ttft_s or 0.0), records.sources(0)
 
 
 def test_the_lmcache_study_is_reproduced() -> None:

@@ -62,3 +62,31 @@ def test_the_columns_copy_no_chunk_array() -> None:
     del columns, later
     done.append(8, "s2", 0, 3.0, [0.5], 10, 0)
     assert done.e2e_s(3) == 0.5
+
+
+def test_sources_read_back_and_add_up_as_the_per_request_dicts_did() -> None:
+    """Each request's sources come back as the dict it was given (keys in their order, zeros kept); the totals over
+    a selection are the sums a loop over those dicts gives, each source where the loop first meets it."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(3)
+    done = FinishedRequests("job", "w")
+    given: list[dict[str, int]] = []
+    for i in range(400):
+        keys = rng.choice([(), ("device", "recomputed"), ("recomputed",), ("host", "device", "recomputed"),
+                           ("transferred", "recomputed"), ("device", "disk", "shared", "recomputed")])  # fmt: skip
+        sources = {key: rng.choice([0, rng.randrange(1, 5000)]) for key in keys}
+        given.append(sources)
+        done.append(i, f"s{i}", 0, float(i), [0.01], 100, 0, sources or None)
+    assert [done.sources(i) for i in range(400)] == given
+    assert [list(done.sources(i)) for i in range(400)] == [list(g) for g in given]  # the order too
+    for _ in range(20):
+        which = np.array([rng.random() < 0.3 for _ in range(400)])
+        expected: dict[str, int] = {}
+        for i in np.flatnonzero(which).tolist():
+            for key, tokens in given[i].items():
+                expected[key] = expected.get(key, 0) + tokens
+        totals = done.source_totals(which)
+        assert totals == expected
+        assert list(totals) == list(expected)
+    assert done.source_totals(np.zeros(400, dtype=bool)) == {}

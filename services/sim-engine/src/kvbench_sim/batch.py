@@ -183,7 +183,6 @@ class Simulation:
         self._queued: list[tuple[Session, Turn]] = []  # over the concurrency cap
         self._deadline = start_s + duration_s if duration_s > 0 else float("inf")
         self.measure_span: list[float] = []
-        self.sources: dict[str, dict[str, int]] = {}  # per request: where its prompt tokens came from
         self._user_of: dict[int, int] = {}
         self._last_request: dict[int, SimRequest] = {}  # per conversation: its latest request (hashes to reuse)
         self._running: dict[int, tuple[StepPlan, float, int]] = {}  # engine -> (plan, start, event token)
@@ -459,14 +458,14 @@ class Simulation:
         times = pending.chunk_times
         start_s = pending.start_s - self.t0
         session = pending.session
-        self.records.append(
-            pending.request_number, session.session_id, pending.turn_number, start_s, times, len(pending.prompt),
-            request_cached,
-        )  # fmt: skip
+        known: dict[str, int] | None = None
         if pending.request is not None:
             known = dict(pending.request.sources)
             known["recomputed"] = max(0, len(pending.prompt) - sum(known.values()))
-            self.sources[rid] = known
+        self.records.append(
+            pending.request_number, session.session_id, pending.turn_number, start_s, times, len(pending.prompt),
+            request_cached, known,
+        )  # fmt: skip
         if self.source.measure_phases and pending.turn.phase in self.source.measure_phases:
             end = start_s + (times[-1] if times else 0.0)
             span = self.measure_span

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.analysis import DEFINITIONS, Slo, analyze_columns
 from kvbench_core.stats import repeat_interval
@@ -64,12 +66,12 @@ def measured_sources(sim: Simulation, warmup_s: float, load_end_s: float) -> dic
     recomputed): the engines' own per-request accounting, summed over the measured window."""
     out: dict[str, int] = {"gpu_hit": 0, "recomputed": 0}
     finished = sim.records
-    for i in range(len(finished)):
-        if finished.start_s(i) < warmup_s or finished.end_s(i) > load_end_s:
-            continue
-        for source, tokens in sim.sources.get(finished.request_id(i), {}).items():
-            key = "gpu_hit" if source == "device" else SOURCE_NAMES.get(source, source)
-            out[key] = out.get(key, 0) + tokens
+    columns = finished.columns()
+    end_s = columns.start_s + np.nan_to_num(columns.e2e_s, nan=0.0)  # FinishedRequests.end_s, for every request
+    measured = (columns.start_s >= warmup_s) & ~(end_s > load_end_s)
+    for source, tokens in finished.source_totals(measured).items():
+        key = "gpu_hit" if source == "device" else SOURCE_NAMES.get(source, source)
+        out[key] = out.get(key, 0) + tokens
     return out
 
 
