@@ -196,6 +196,8 @@ class Simulation:
     def run(self) -> FinishedRequests:
         with _few_collections():
             self._run()
+        if self._progress is not None:  # where it ended, before the figures over its requests (seconds, for an hour)
+            self._progress(self.now - self.t0, len(self.records))
         return self.records
 
     def _run(self) -> None:
