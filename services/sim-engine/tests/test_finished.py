@@ -27,6 +27,8 @@ def test_the_columns_are_those_of_the_records_they_stand_for() -> None:
         np.testing.assert_array_equal(getattr(direct, field.name), getattr(via_records, field.name), field.name)
         assert getattr(direct, field.name).dtype == getattr(via_records, field.name).dtype, field.name
     assert analyze_columns(direct, 0.0, 10.0) == analyze(list(done), 0.0, 10.0)
+    assert done.ends_s().tolist() == [done.end_s(i) for i in range(len(done))]  # bit for bit
+    assert done.ends_s().tolist() == pytest.approx([0.545, 1.25, 2.73])  # the silent request ends as it starts
 
 
 def test_a_request_reads_back_as_its_record() -> None:

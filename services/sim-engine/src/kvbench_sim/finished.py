@@ -100,6 +100,12 @@ class FinishedRequests:
         ended inside a measured window."""
         return self._start[i] + (self.e2e_s(i) or 0.0)
 
+    def ends_s(self) -> np.ndarray[Any, Any]:
+        """``end_s`` of every request, as one array."""
+        columns = self.columns()
+        ends: np.ndarray[Any, Any] = columns.start_s + np.nan_to_num(columns.e2e_s, nan=0.0)
+        return ends
+
     def ttft_s(self, i: int) -> float | None:
         begin = self._offsets[i]
         return self._times[begin] if self._offsets[i + 1] > begin else None

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.analysis import DEFINITIONS, Slo, analyze_columns
 from kvbench_core.stats import repeat_interval
@@ -66,9 +64,8 @@ def measured_sources(sim: Simulation, warmup_s: float, load_end_s: float) -> dic
     recomputed): the engines' own per-request accounting, summed over the measured window."""
     out: dict[str, int] = {"gpu_hit": 0, "recomputed": 0}
     finished = sim.records
-    columns = finished.columns()
-    end_s = columns.start_s + np.nan_to_num(columns.e2e_s, nan=0.0)  # FinishedRequests.end_s, for every request
-    measured = (columns.start_s >= warmup_s) & ~(end_s > load_end_s)
+    starts = finished.columns().start_s
+    measured = (starts >= warmup_s) & ~(finished.ends_s() > load_end_s)
     for source, tokens in finished.source_totals(measured).items():
         key = "gpu_hit" if source == "device" else SOURCE_NAMES.get(source, source)
         out[key] = out.get(key, 0) + tokens
@@ -127,7 +124,7 @@ def run_job(
     cross_before, servers_before = _cross_hits(cluster.all_engines), cluster.cache_servers()
     finished = sim.run()
     warmup = workload.effective_warmup_s()
-    load_end = duration if duration > 0 else max(map(finished.end_s, range(len(finished))), default=0.0)
+    load_end = duration if duration > 0 else float(finished.ends_s().max(initial=0.0))
     if sim.measure_span:
         warmup, load_end = sim.measure_span
     slo = workload.measurement.slo
