@@ -81,7 +81,11 @@ def test_reads_that_show_plans_machines_or_switches_need_the_token_too(client: T
 
 
 def test_mutations_need_the_bearer_token(client: TestClient) -> None:
-    demo = (ROOT / "examples" / "demo.yaml").read_bytes()
+    # 64 simulated machines, which no test registers: the run waits for them until it is cancelled. With the demo's
+    # two, the run failed before the cancel once in CI; most likely it took a simulated machine that another test on
+    # this worker's bus had left registered for a few seconds, and failed when that machine went
+    demo = (ROOT / "examples" / "demo.yaml").read_bytes().replace(b"sim: {machines: 2,", b"sim: {machines: 64,")
+    assert b"machines: 64" in demo
     assert client.post("/v1/runs", content=demo, headers=YAML).status_code == 401
     assert client.post("/v1/runs", content=demo, headers={**YAML, "Authorization": "Bearer wrong"}).status_code == 401
     # a token of non-ASCII bytes is refused like any wrong one (it was a 500)
@@ -93,7 +97,7 @@ def test_mutations_need_the_bearer_token(client: TestClient) -> None:
     run = client.get(f"/v1/runs/{run_id}", headers=AUTH).json()
     assert len(run["jobs"]) == 9  # three workloads, three repeats
     cancelled = client.post(f"/v1/runs/{run_id}/cancel", headers=AUTH).json()
-    assert cancelled["status"] == "cancelled"
+    assert cancelled["status"] == "cancelled", cancelled["reasons"]
     (reason,) = cancelled["reasons"]
     assert reason["code"] == "cancelled"
     assert "through the planner's API" in reason["message"]
