@@ -100,6 +100,10 @@ class FinishedRequests:
         ended inside a measured window."""
         return self._start[i] + (self.e2e_s(i) or 0.0)
 
+    def starts_s(self) -> np.ndarray[Any, Any]:
+        """``start_s`` of every request, as one array (a view of the column, no copy)."""
+        return np.frombuffer(self._start, dtype=F8)
+
     def ends_s(self) -> np.ndarray[Any, Any]:
         """``end_s`` of every request, as one array."""
         columns = self.columns()

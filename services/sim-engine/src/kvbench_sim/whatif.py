@@ -64,8 +64,7 @@ def measured_sources(sim: Simulation, warmup_s: float, load_end_s: float) -> dic
     recomputed): the engines' own per-request accounting, summed over the measured window."""
     out: dict[str, int] = {"gpu_hit": 0, "recomputed": 0}
     finished = sim.records
-    starts = finished.columns().start_s
-    measured = (starts >= warmup_s) & ~(finished.ends_s() > load_end_s)
+    measured = (finished.starts_s() >= warmup_s) & ~(finished.ends_s() > load_end_s)
     for source, tokens in finished.source_totals(measured).items():
         key = "gpu_hit" if source == "device" else SOURCE_NAMES.get(source, source)
         out[key] = out.get(key, 0) + tokens
