@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench_sim.blocks import BlockPool, chain_hashes
+from kvbench_sim import blocks
+from kvbench_sim.blocks import BlockPool, PyBlockPool, chain_hashes, py_chain_hashes
 from kvbench_sim.engine import Engine, SimRequest
 from kvbench_sim.profiles import EngineConfig, load_profile
 from kvbench_sim.timing import StepTimer
@@ -39,8 +40,55 @@ def test_chain_hashes_share_a_prefix_and_diverge_after() -> None:
     assert len(chain_hashes(words("x", 31), 16)) == 1  # full blocks only
 
 
-def test_lru_keeps_freed_blocks_until_reused_and_cyclic_scan_misses() -> None:
-    pool = BlockPool(4)
+# every pool test runs on both: the Python reference and the compiled pool the engines use
+POOLS = pytest.mark.parametrize("pool_type", [PyBlockPool, BlockPool], ids=["python", "compiled"])
+
+
+def test_the_engines_use_the_compiled_pool_where_a_c_compiler_built_it() -> None:
+    """make env builds it on any machine with a C compiler; the Python reference serves where none was found."""
+    import shutil  # noqa: PLC0415
+
+    compiler = any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
+    assert blocks.NATIVE == compiler
+    assert (BlockPool is not PyBlockPool) == compiler
+    assert (chain_hashes is not py_chain_hashes) == compiler
+
+
+def test_compiled_hashes_are_the_references_bit_for_bit() -> None:
+    """CPython's tuple hash reproduced: any tokens, block sizes, and a previous prompt that shares some, all or none
+    of its blocks (or was not resent verbatim)."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(3)
+    vocab = [f"w{i}" for i in range(40)]
+    for _ in range(400):
+        tokens = tuple(rng.choice(vocab) for _ in range(rng.randint(0, 160)))
+        size = rng.choice([1, 2, 7, 16, 64])
+        hashes = chain_hashes(tokens, size)
+        assert hashes == py_chain_hashes(tokens, size)
+        assert hashes == [_tuple_hash_chain(tokens, size, j) for j in range(len(hashes))]
+        later = [*tokens[: rng.randint(0, len(tokens))], *(rng.choice(vocab) for _ in range(rng.randint(0, 80)))]
+        if later and rng.random() < 0.3:
+            later[rng.randrange(len(later))] = "edited"
+        assert (
+            chain_hashes(later, size, (tokens, hashes))
+            == py_chain_hashes(later, size)
+            == py_chain_hashes(later, size, (tokens, hashes))
+        )
+    with pytest.raises(ValueError, match="block_size"):
+        chain_hashes(("a",), 0)
+
+
+def _tuple_hash_chain(tokens: tuple[str, ...], size: int, upto: int) -> int:
+    prev = 0
+    for j in range(upto + 1):
+        prev = hash((prev, *tokens[j * size : (j + 1) * size]))
+    return prev
+
+
+@POOLS
+def test_lru_keeps_freed_blocks_until_reused_and_cyclic_scan_misses(pool_type: type[PyBlockPool]) -> None:
+    pool = pool_type(4)
     blocks = pool.allocate(2)
     assert blocks is not None
     pool.register(blocks[0], 11)
@@ -216,14 +264,17 @@ class _ListPool:
                 self.hash[b] = None
 
 
-def test_the_pools_free_list_keeps_the_order_of_one_ordered_list_through_hits_evictions_and_resets() -> None:
+@POOLS
+def test_the_pools_free_list_keeps_the_order_of_one_ordered_list_through_hits_evictions_and_resets(
+    pool_type: type[PyBlockPool],
+) -> None:
     """Random requests (shared prefixes, their own blocks, partly registered, released in any order, an occasional
     reset) on a small pool, so that blocks are hit, evicted and freed again many times: every allocation, every hit
     and the free list stay those of the block-by-block list (the model a faster pool must keep, bit for bit)."""
     import random  # noqa: PLC0415
 
     rng = random.Random(5)
-    pool, model = BlockPool(48), _ListPool(48)
+    pool, model = pool_type(48), _ListPool(48)
     held: list[list[int]] = []
     for step in range(6000):
         if held and (rng.random() < 0.45 or pool.free_blocks < 8):
@@ -249,3 +300,37 @@ def test_the_pools_free_list_keeps_the_order_of_one_ordered_list_through_hits_ev
         assert pool.free_order() == list(model.free), step
         assert pool.free_blocks == len(model.free)
     assert pool.evictions > 100
+
+
+@POOLS
+def test_a_pool_that_is_only_hit_keeps_its_order_and_its_size(pool_type: type[PyBlockPool]) -> None:
+    """Hits leave entries behind in the free queue, which allocation drops; a pool that is only hit (the same blocks
+    taken and given back) is compacted instead of growing, and keeps the order of the block-by-block list."""
+    pool, model = pool_type(16), _ListPool(16)
+    cached = pool.allocate(6)
+    assert cached == model.allocate(6)
+    assert cached is not None
+    for j, b in enumerate(cached):
+        pool.register(b, 1000 + j)
+        model.register(b, 1000 + j)
+    pool.release(cached)
+    model.release(cached)
+    for round_ in range(2000):
+        hit = pool.acquire_prefix([1000 + j for j in range(1 + round_ % 6)])
+        assert hit == model.acquire([1000 + j for j in range(1 + round_ % 6)])
+        pool.release(hit)
+        model.release(hit)
+    assert pool.free_order() == list(model.free)
+    assert pool.allocate(16) == model.allocate(16)
+    assert pool.usage == 1.0
+
+
+@POOLS
+def test_a_pool_refuses_what_it_cannot_hold(pool_type: type[PyBlockPool]) -> None:
+    with pytest.raises(ValueError, match="holds no block"):
+        pool_type(0)
+    pool = pool_type(4)
+    assert pool.allocate(5) is None
+    assert pool.free_blocks == 4
+    with pytest.raises(IndexError):
+        pool.release([7])

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvbench_sim.blocks import BlockPool, chain_hashes
+from kvbench_sim import blocks
 from kvbench_sim.profiles import Profile, cache_server_tier
 from kvbench_sim.tiers import Tier, Transfer
 from kvbench_sim.timing import StepTimer
@@ -87,7 +87,7 @@ class Engine:
     def __init__(self, profile: Profile, seed: int = 0, shared_stores: dict[str, Tier] | None = None) -> None:
         self.profile = profile
         self.block_size = profile.block_size
-        self.pool = BlockPool(profile.gpu_kv_blocks)
+        self.pool = blocks.BlockPool(profile.gpu_kv_blocks)
         self.timer = StepTimer(profile, seed)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -119,7 +119,7 @@ class Engine:
         for req in [*self.running, *self.waiting, *self.loading]:
             req.finished = True
         self.running, self.waiting, self.loading = [], deque(), []
-        self.pool = BlockPool(self.profile.gpu_kv_blocks)
+        self.pool = blocks.BlockPool(self.profile.gpu_kv_blocks)
         for tier in self.tiers:
             if tier.name == "host" and not cache_server_tier(tier.config):  # an LMCache server's L1 outlives it
                 tier.clear()
@@ -202,7 +202,7 @@ class Engine:
         if chunk_tokens == self.block_size and req.hashes:
             return req.hashes
         if chunk_tokens not in req.chunk_hashes:
-            req.chunk_hashes[chunk_tokens] = chain_hashes(req.prompt, chunk_tokens)
+            req.chunk_hashes[chunk_tokens] = blocks.chain_hashes(req.prompt, chunk_tokens)
         return req.chunk_hashes[chunk_tokens]
 
     def _store(self, req: SimRequest) -> None:
@@ -221,13 +221,13 @@ class Engine:
         hashes are reused)."""
         if self.profile.engine.prefix_caching or self.tiers:
             known = (previous.prompt, previous.hashes) if previous is not None and previous.hashes else None
-            request.hashes = chain_hashes(request.prompt, self.block_size, known)
+            request.hashes = blocks.chain_hashes(request.prompt, self.block_size, known)
         self.waiting.append(request)
 
     def add_transferred(self, request: SimRequest) -> None:
         """P/D decode side: the prompt's KV arrived from a prefill engine; only the last token is computed here."""
         if self.profile.engine.prefix_caching or self.tiers:
-            request.hashes = chain_hashes(request.prompt, self.block_size)
+            request.hashes = blocks.chain_hashes(request.prompt, self.block_size)
         request.loaded_to = request.prompt_len - 1
         request.sources["transferred"] = request.loaded_to
         request.cached_tokens = request.loaded_to

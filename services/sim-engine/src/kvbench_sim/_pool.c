@@ -1,0 +1,718 @@
+/* The GPU KV block pool and the chained block hashes of kvbench_sim.blocks, compiled.
+
+   The same behaviour as the Python reference (PyBlockPool, py_chain_hashes in blocks.py), step for step: the same
+   free order, the same evictions, the same hash values (CPython's own tuple hash, reproduced), so a simulation gives
+   the same results bit for bit with either. A simulated request takes and gives back a hundred blocks or more every
+   turn; in Python those per-block loops were a third of a large batch simulation. The tests run both through the same
+   random steps and compare them. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#if SIZEOF_PY_HASH_T != 8
+#error "the compiled pool reproduces the 64-bit tuple hash only (the Python reference serves other platforms)"
+#endif
+
+/* ---- CPython's tuple hash (Objects/tupleobject.c, 3.8 and later: xxHash's mixing) ---------------------------- */
+#define XXPRIME_1 ((Py_uhash_t)11400714785074694791ULL)
+#define XXPRIME_2 ((Py_uhash_t)14029467366897019727ULL)
+#define XXPRIME_5 ((Py_uhash_t)2870177450012600261ULL)
+#define XXROTATE(x) (((x) << 31) | ((x) >> 33))
+#define HASH_MODULUS (((uint64_t)1 << 61) - 1) /* an int's hash is the int modulo 2**61 - 1, keeping its sign */
+
+static inline Py_hash_t int_hash(Py_hash_t value)
+{
+    uint64_t magnitude = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
+    Py_hash_t h = (Py_hash_t)(magnitude % HASH_MODULUS);
+    if (value < 0)
+        h = -h;
+    return h == -1 ? -2 : h;
+}
+
+/* hash((prev, *items[0:count])), or -1 with an exception set */
+static Py_hash_t block_hash(Py_hash_t prev, PyObject **items, Py_ssize_t count)
+{
+    Py_uhash_t acc = XXPRIME_5;
+    acc += (Py_uhash_t)int_hash(prev) * XXPRIME_2;
+    acc = XXROTATE(acc);
+    acc *= XXPRIME_1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_hash_t lane = PyObject_Hash(items[i]);
+        if (lane == -1)
+            return -1;
+        acc += (Py_uhash_t)lane * XXPRIME_2;
+        acc = XXROTATE(acc);
+        acc *= XXPRIME_1;
+    }
+    acc += (Py_uhash_t)(count + 1) ^ (XXPRIME_5 ^ 3527539UL);
+    if (acc == (Py_uhash_t)-1)
+        return 1546275796;
+    return (Py_hash_t)acc;
+}
+
+/* 1 when a[0:n] == b[0:n] element by element, 0 when not, -1 on error */
+static int same_items(PyObject **a, PyObject **b, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (a[i] == b[i])
+            continue;
+        int eq = PyObject_RichCompareBool(a[i], b[i], Py_EQ);
+        if (eq <= 0)
+            return eq;
+    }
+    return 1;
+}
+
+static PyObject *chain_hashes(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"tokens", "block_size", "known", NULL};
+    PyObject *tokens_obj, *known = Py_None;
+    Py_ssize_t block_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|O:chain_hashes", keywords, &tokens_obj, &block_size, &known))
+        return NULL;
+    if (block_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "chain_hashes: block_size must be at least 1");
+        return NULL;
+    }
+    PyObject *tokens = PySequence_Fast(tokens_obj, "chain_hashes: tokens must be a sequence");
+    if (tokens == NULL)
+        return NULL;
+    PyObject *out = NULL, *old_tokens = NULL, *old_hashes = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(tokens);
+    PyObject **items = PySequence_Fast_ITEMS(tokens);
+    Py_hash_t prev = 0;
+    Py_ssize_t begin = 0;
+    out = PyList_New(0);
+    if (out == NULL)
+        goto fail;
+    if (known != Py_None) {
+        PyObject *old_tokens_obj, *old_hashes_obj;
+        if (!PyArg_ParseTuple(known, "OO:chain_hashes known", &old_tokens_obj, &old_hashes_obj))
+            goto fail;
+        old_tokens = PySequence_Fast(old_tokens_obj, "chain_hashes: known's tokens must be a sequence");
+        if (old_tokens == NULL)
+            goto fail;
+        old_hashes = PySequence_Fast(old_hashes_obj, "chain_hashes: known's hashes must be a sequence");
+        if (old_hashes == NULL)
+            goto fail;
+        Py_ssize_t old_n = PySequence_Fast_GET_SIZE(old_tokens);
+        Py_ssize_t shared = PySequence_Fast_GET_SIZE(old_hashes);
+        while (shared) { /* the reference compares the two slices tokens[:shared * block_size] */
+            Py_ssize_t span = shared * block_size;
+            Py_ssize_t old_span = old_n < span ? old_n : span, new_span = n < span ? n : span;
+            if (old_span == new_span) {
+                int same = same_items(PySequence_Fast_ITEMS(old_tokens), items, new_span);
+                if (same < 0)
+                    goto fail;
+                if (same)
+                    break;
+            }
+            shared /= 2; /* the conversation was not resent verbatim: fall back to the blocks that still agree */
+        }
+        if (shared) {
+            PyObject **kept = PySequence_Fast_ITEMS(old_hashes);
+            for (Py_ssize_t j = 0; j < shared; j++)
+                if (PyList_Append(out, kept[j]) < 0)
+                    goto fail;
+            prev = PyLong_AsSsize_t(kept[shared - 1]);
+            if (prev == -1 && PyErr_Occurred())
+                goto fail;
+            begin = shared * block_size;
+        }
+    }
+    for (Py_ssize_t start = begin; start + block_size <= n; start += block_size) {
+        prev = block_hash(prev, items + start, block_size);
+        if (prev == -1)
+            goto fail;
+        PyObject *value = PyLong_FromSsize_t(prev);
+        if (value == NULL)
+            goto fail;
+        int appended = PyList_Append(out, value);
+        Py_DECREF(value);
+        if (appended < 0)
+            goto fail;
+    }
+    Py_DECREF(tokens);
+    Py_XDECREF(old_tokens);
+    Py_XDECREF(old_hashes);
+    return out;
+fail:
+    Py_DECREF(tokens);
+    Py_XDECREF(old_tokens);
+    Py_XDECREF(old_hashes);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* ---- the pool --------------------------------------------------------------------------------------------------
+   As the reference: the free list is two queues, ``front`` (blocks given back without a hash, the last first) and
+   ``queue`` (the rest, in order); an entry counts only if it is its block's latest (``entries``) and the block is
+   still free. ``cached`` maps a block hash to the block holding it: open addressing, linear probing, deletion by
+   backward shift; it never holds more than one hash a block, so twice the blocks' slots keep it at most half full. */
+
+typedef struct {
+    int32_t *items;
+    Py_ssize_t head, tail, capacity; /* the live entries are items[head:tail] */
+} IntQueue;
+
+typedef struct { /* a key and its block side by side: a lookup reads one cache line */
+    int64_t key;
+    int32_t block; /* -1: an empty slot */
+} Slot;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t num_blocks;
+    Py_ssize_t free;
+    long long evictions;
+    int32_t *ref;
+    int32_t *entries;
+    int64_t *hash;
+    uint8_t *hashed; /* whether the block holds a hash (any int64 is a valid hash) */
+    IntQueue front, queue;
+    Slot *slots;
+    uint64_t mask;
+    int shift;
+} BlockPool;
+
+static int queue_push(IntQueue *q, int32_t value)
+{
+    if (q->tail == q->capacity) {
+        if (q->head > q->capacity / 2) { /* half of it already taken from the front: move the rest down */
+            memmove(q->items, q->items + q->head, (size_t)(q->tail - q->head) * sizeof(int32_t));
+            q->tail -= q->head;
+            q->head = 0;
+        } else {
+            Py_ssize_t capacity = q->capacity ? q->capacity * 2 : 64;
+            int32_t *grown = PyMem_Realloc(q->items, (size_t)capacity * sizeof(int32_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            q->items = grown;
+            q->capacity = capacity;
+        }
+    }
+    q->items[q->tail++] = value;
+    return 0;
+}
+
+static inline uint64_t slot_of(const BlockPool *self, int64_t key)
+{
+    return ((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> self->shift;
+}
+
+static inline int32_t cached_get(const BlockPool *self, int64_t key)
+{
+    for (uint64_t i = slot_of(self, key);; i = (i + 1) & self->mask) {
+        const Slot *slot = &self->slots[i];
+        if (slot->block < 0)
+            return -1;
+        if (slot->key == key)
+            return slot->block;
+    }
+}
+
+static inline void cached_set(BlockPool *self, int64_t key, int32_t block)
+{
+    uint64_t i = slot_of(self, key);
+    while (self->slots[i].block >= 0 && self->slots[i].key != key)
+        i = (i + 1) & self->mask;
+    self->slots[i].key = key;
+    self->slots[i].block = block;
+}
+
+static void cached_delete(BlockPool *self, int64_t key)
+{
+    uint64_t i = slot_of(self, key);
+    while (1) {
+        if (self->slots[i].block < 0)
+            return;
+        if (self->slots[i].key == key)
+            break;
+        i = (i + 1) & self->mask;
+    }
+    /* backward shift: move up every later entry of the run that its own slot allows */
+    uint64_t hole = i;
+    for (uint64_t j = (i + 1) & self->mask; self->slots[j].block >= 0; j = (j + 1) & self->mask) {
+        uint64_t home = slot_of(self, self->slots[j].key);
+        /* the entry at j may fill the hole unless its home lies cyclically in (hole, j] */
+        if (((j - home) & self->mask) >= ((j - hole) & self->mask)) {
+            self->slots[hole] = self->slots[j];
+            hole = j;
+        }
+    }
+    self->slots[hole].block = -1;
+}
+
+static int as_key(PyObject *obj, int64_t *key)
+{
+    long long value = PyLong_AsLongLong(obj);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    *key = (int64_t)value;
+    return 0;
+}
+
+static int as_block(const BlockPool *self, PyObject *obj, int32_t *block)
+{
+    Py_ssize_t value = PyLong_AsSsize_t(obj);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    if (value < 0 || value >= self->num_blocks) {
+        PyErr_Format(PyExc_IndexError, "block %zd is not in a pool of %zd blocks", value, self->num_blocks);
+        return -1;
+    }
+    *block = (int32_t)value;
+    return 0;
+}
+
+static void pool_free_arrays(BlockPool *self)
+{
+    PyMem_Free(self->ref);
+    PyMem_Free(self->entries);
+    PyMem_Free(self->hash);
+    PyMem_Free(self->hashed);
+    PyMem_Free(self->front.items);
+    PyMem_Free(self->queue.items);
+    PyMem_Free(self->slots);
+    self->ref = self->entries = NULL;
+    self->hash = NULL;
+    self->hashed = NULL;
+    self->front = (IntQueue){0};
+    self->queue = (IntQueue){0};
+    self->slots = NULL;
+}
+
+static int pool_init(BlockPool *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"num_blocks", NULL};
+    Py_ssize_t n;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n:BlockPool", keywords, &n))
+        return -1;
+    if (n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "the GPU KV cache holds no block; lower the model size or raise memory");
+        return -1;
+    }
+    if (n > INT32_MAX / 4) {
+        PyErr_Format(PyExc_ValueError, "a pool of %zd blocks is more than the compiled pool holds", n);
+        return -1;
+    }
+    pool_free_arrays(self);
+    int bits = 3;
+    while (((Py_ssize_t)1 << bits) < 2 * n)
+        bits++;
+    Py_ssize_t slots = (Py_ssize_t)1 << bits;
+    self->num_blocks = n;
+    self->free = n;
+    self->evictions = 0;
+    self->ref = PyMem_Calloc((size_t)n, sizeof(int32_t));
+    self->entries = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    self->hash = PyMem_Calloc((size_t)n, sizeof(int64_t));
+    self->hashed = PyMem_Calloc((size_t)n, 1);
+    self->slots = PyMem_Malloc((size_t)slots * sizeof(Slot));
+    self->queue.items = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    if (!self->ref || !self->entries || !self->hash || !self->hashed || !self->slots ||
+        !self->queue.items) {
+        pool_free_arrays(self);
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->mask = (uint64_t)slots - 1;
+    self->shift = 64 - bits;
+    for (Py_ssize_t s = 0; s < slots; s++)
+        self->slots[s].block = -1;
+    for (Py_ssize_t b = 0; b < n; b++) {
+        self->entries[b] = 1;
+        self->queue.items[b] = (int32_t)b;
+    }
+    self->queue.capacity = n;
+    self->queue.tail = n;
+    return 0;
+}
+
+static void pool_dealloc(BlockPool *self)
+{
+    pool_free_arrays(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pool_free_blocks(BlockPool *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->free);
+}
+
+static PyObject *pool_usage(BlockPool *self, void *closure)
+{
+    return PyFloat_FromDouble(1.0 - (double)self->free / (double)self->num_blocks);
+}
+
+/* the free blocks in the order allocate takes them, into ``out`` (a new list) */
+static PyObject *pool_free_order(BlockPool *self, PyObject *unused)
+{
+    int32_t *seen = PyMem_Calloc((size_t)self->num_blocks, sizeof(int32_t));
+    PyObject *out = PyList_New(0);
+    if (seen == NULL || out == NULL) {
+        PyMem_Free(seen);
+        Py_XDECREF(out);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t total = (self->front.tail - self->front.head) + (self->queue.tail - self->queue.head);
+    for (Py_ssize_t k = 0; k < total; k++) {
+        Py_ssize_t in_front = self->front.tail - self->front.head;
+        int32_t b = k < in_front ? self->front.items[self->front.tail - 1 - k]
+                                 : self->queue.items[self->queue.head + (k - in_front)];
+        if (++seen[b] == self->entries[b] && self->ref[b] == 0) {
+            PyObject *value = PyLong_FromLong(b);
+            if (value == NULL || PyList_Append(out, value) < 0) {
+                Py_XDECREF(value);
+                Py_DECREF(out);
+                PyMem_Free(seen);
+                return NULL;
+            }
+            Py_DECREF(value);
+        }
+    }
+    PyMem_Free(seen);
+    return out;
+}
+
+/* the longest cached prefix of ``hashes``; with ``take``, each block referenced */
+static PyObject *prefix_blocks(BlockPool *self, PyObject *hashes_obj, int take)
+{
+    PyObject *hashes = PySequence_Fast(hashes_obj, "hashes must be a sequence");
+    if (hashes == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(hashes);
+    PyObject **items = PySequence_Fast_ITEMS(hashes);
+    Py_ssize_t hit = 0;
+    int64_t *keys = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    int32_t *blocks = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    PyObject *out = NULL;
+    if (keys == NULL || blocks == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (as_key(items[j], &keys[j]) < 0)
+            goto done;
+        /* the slots are far apart in a large pool: ask for all of them before reading the first */
+        __builtin_prefetch(&self->slots[slot_of(self, keys[j])]);
+    }
+    for (; hit < n; hit++) {
+        int32_t block = cached_get(self, keys[hit]);
+        if (block < 0)
+            break;
+        blocks[hit] = block;
+        __builtin_prefetch(&self->ref[block], 1);
+    }
+    out = PyList_New(hit);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < hit; j++) {
+        PyObject *value = PyLong_FromLong(blocks[j]);
+        if (value == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, j, value);
+    }
+    if (take) {
+        Py_ssize_t taken = 0;
+        for (Py_ssize_t j = 0; j < hit; j++)
+            if (self->ref[blocks[j]]++ == 0)
+                taken++;
+        self->free -= taken;
+    }
+done:
+    Py_DECREF(hashes);
+    PyMem_Free(keys);
+    PyMem_Free(blocks);
+    return out;
+}
+
+static PyObject *pool_match(BlockPool *self, PyObject *hashes)
+{
+    return prefix_blocks(self, hashes, 0);
+}
+
+static PyObject *pool_acquire_prefix(BlockPool *self, PyObject *hashes)
+{
+    return prefix_blocks(self, hashes, 1);
+}
+
+static int register_one(BlockPool *self, int32_t block, int64_t key)
+{
+    if (self->hashed[block] || cached_get(self, key) >= 0)
+        return 0;
+    cached_set(self, key, block);
+    self->hash[block] = key;
+    self->hashed[block] = 1;
+    return 0;
+}
+
+static PyObject *pool_register_prefix(BlockPool *self, PyObject *args)
+{
+    PyObject *blocks_obj, *hashes_obj;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "OOnn:register_prefix", &blocks_obj, &hashes_obj, &start, &end))
+        return NULL;
+    PyObject *blocks = PySequence_Fast(blocks_obj, "blocks must be a sequence");
+    if (blocks == NULL)
+        return NULL;
+    PyObject *hashes = PySequence_Fast(hashes_obj, "hashes must be a sequence");
+    if (hashes == NULL) {
+        Py_DECREF(blocks);
+        return NULL;
+    }
+    if (start < end && (start < 0 || end > PySequence_Fast_GET_SIZE(blocks) || end > PySequence_Fast_GET_SIZE(hashes))) {
+        PyErr_SetString(PyExc_IndexError, "register_prefix: start:end is outside the blocks or hashes");
+        Py_DECREF(blocks);
+        Py_DECREF(hashes);
+        return NULL;
+    }
+    for (Py_ssize_t j = start; j < end; j++) { /* the slots far apart: asked for before the first is read */
+        long long key = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(hashes, j));
+        __builtin_prefetch(&self->slots[slot_of(self, (int64_t)key)]);
+    }
+    PyErr_Clear(); /* a bad item is reported below */
+    for (Py_ssize_t j = start; j < end; j++) {
+        int32_t block;
+        int64_t key;
+        if (as_block(self, PySequence_Fast_GET_ITEM(blocks, j), &block) < 0 ||
+            as_key(PySequence_Fast_GET_ITEM(hashes, j), &key) < 0) {
+            Py_DECREF(blocks);
+            Py_DECREF(hashes);
+            return NULL;
+        }
+        register_one(self, block, key);
+    }
+    Py_DECREF(blocks);
+    Py_DECREF(hashes);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pool_register(BlockPool *self, PyObject *args)
+{
+    PyObject *block_obj, *key_obj;
+    if (!PyArg_ParseTuple(args, "OO:register", &block_obj, &key_obj))
+        return NULL;
+    int32_t block;
+    int64_t key;
+    if (as_block(self, block_obj, &block) < 0 || as_key(key_obj, &key) < 0)
+        return NULL;
+    register_one(self, block, key);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pool_touch(BlockPool *self, PyObject *blocks_obj)
+{
+    PyObject *blocks = PySequence_Fast(blocks_obj, "blocks must be a sequence");
+    if (blocks == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int32_t b;
+        if (as_block(self, PySequence_Fast_GET_ITEM(blocks, j), &b) < 0) {
+            Py_DECREF(blocks);
+            return NULL;
+        }
+        if (self->ref[b]++ == 0)
+            self->free--;
+    }
+    Py_DECREF(blocks);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pool_allocate(BlockPool *self, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n > self->free)
+        Py_RETURN_NONE;
+    PyObject *out = PyList_New(n > 0 ? n : 0);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t got = 0;
+    while (got < n) {
+        if (self->front.tail == self->front.head && self->queue.head == self->queue.tail) {
+            Py_DECREF(out); /* the count of free blocks disagrees with the queues: a bug, never a result */
+            PyErr_SetString(PyExc_RuntimeError, "BlockPool.allocate: the free list ran out before the free count");
+            return NULL;
+        }
+        int32_t b = self->front.tail > self->front.head ? self->front.items[--self->front.tail]
+                                                         : self->queue.items[self->queue.head++];
+        int32_t left = --self->entries[b];
+        if (left || self->ref[b])
+            continue; /* an older entry, or the block was taken back by a hit */
+        if (self->hashed[b]) {
+            int64_t old = self->hash[b];
+            if (cached_get(self, old) == b)
+                cached_delete(self, old);
+            self->hashed[b] = 0;
+            self->evictions++;
+        }
+        self->ref[b] = 1;
+        PyObject *value = PyLong_FromLong(b);
+        if (value == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, got++, value);
+    }
+    if (self->queue.head == self->queue.tail)
+        self->queue.head = self->queue.tail = 0;
+    self->free -= n;
+    return out;
+}
+
+static int pool_compact(BlockPool *self)
+{
+    PyObject *order = pool_free_order(self, NULL);
+    if (order == NULL)
+        return -1;
+    Py_ssize_t n = PyList_GET_SIZE(order);
+    for (Py_ssize_t b = 0; b < self->num_blocks; b++)
+        self->entries[b] = 0;
+    self->front.head = self->front.tail = 0;
+    self->queue.head = self->queue.tail = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int32_t b = (int32_t)PyLong_AsLong(PyList_GET_ITEM(order, j));
+        self->entries[b] = 1;
+        if (queue_push(&self->queue, b) < 0) {
+            Py_DECREF(order);
+            return -1;
+        }
+    }
+    Py_DECREF(order);
+    return 0;
+}
+
+static PyObject *pool_release(BlockPool *self, PyObject *blocks_obj)
+{
+    PyObject *blocks = PySequence_Fast(blocks_obj, "blocks must be a sequence");
+    if (blocks == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
+    PyObject **items = PySequence_Fast_ITEMS(blocks);
+    Py_ssize_t freed = 0;
+    for (Py_ssize_t j = 0; j < n; j++) { /* far apart in a large pool: asked for before the first is read */
+        Py_ssize_t b = PyLong_AsSsize_t(items[j]);
+        if (b >= 0 && b < self->num_blocks) {
+            __builtin_prefetch(&self->ref[b], 1);
+            __builtin_prefetch(&self->hashed[b]);
+        }
+    }
+    PyErr_Clear(); /* a bad item is reported below, where the reference reports it */
+    for (Py_ssize_t j = n - 1; j >= 0; j--) { /* reversed, like vLLM: a request's tail blocks are evicted first */
+        int32_t b;
+        if (as_block(self, items[j], &b) < 0) {
+            self->free += freed;
+            Py_DECREF(blocks);
+            return NULL;
+        }
+        if (--self->ref[b] == 0) {
+            freed++;
+            self->entries[b]++;
+            if (queue_push(self->hashed[b] ? &self->queue : &self->front, b) < 0) {
+                self->free += freed;
+                Py_DECREF(blocks);
+                return NULL;
+            }
+        }
+    }
+    Py_DECREF(blocks);
+    self->free += freed;
+    /* hits leave dead entries behind, which allocate drops as it reaches them; one that is only hit would grow
+       without bound */
+    if (self->queue.tail - self->queue.head > 4 * self->num_blocks && pool_compact(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *pool_reset(BlockPool *self, PyObject *unused)
+{
+    Py_ssize_t dropped = 0;
+    for (Py_ssize_t b = 0; b < self->num_blocks; b++) {
+        if (self->hashed[b] && self->ref[b] == 0) {
+            if (cached_get(self, self->hash[b]) >= 0)
+                cached_delete(self, self->hash[b]);
+            self->hashed[b] = 0;
+            dropped++;
+        }
+    }
+    return PyLong_FromSsize_t(dropped);
+}
+
+static PyMethodDef pool_methods[] = {
+    {"free_order", (PyCFunction)pool_free_order, METH_NOARGS, "The free blocks in the order allocate takes them."},
+    {"match", (PyCFunction)pool_match, METH_O, "Blocks of the longest cached prefix."},
+    {"acquire_prefix", (PyCFunction)pool_acquire_prefix, METH_O,
+     "match and touch in one pass: the blocks of the longest cached prefix, referenced."},
+    {"register_prefix", (PyCFunction)pool_register_prefix, METH_VARARGS,
+     "register for blocks[start:end] under hashes[start:end]."},
+    {"register", (PyCFunction)pool_register, METH_VARARGS,
+     "Mark a computed full block as reusable under its chained hash."},
+    {"touch", (PyCFunction)pool_touch, METH_O, "Reference each block."},
+    {"allocate", (PyCFunction)pool_allocate, METH_O, "n free blocks, referenced (None when fewer are free)."},
+    {"release", (PyCFunction)pool_release, METH_O, "Give the blocks back (reversed, like vLLM)."},
+    {"reset", (PyCFunction)pool_reset, METH_NOARGS,
+     "Forget every cached hash of a free block (POST /reset_prefix_cache); returns how many."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef pool_members[] = {
+    {"num_blocks", T_PYSSIZET, offsetof(BlockPool, num_blocks), READONLY, "Blocks in the pool."},
+    {"evictions", T_LONGLONG, offsetof(BlockPool, evictions), 0, "Cached blocks reused for other content."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef pool_getset[] = {
+    {"free_blocks", (getter)pool_free_blocks, NULL, "Blocks no running request references.", NULL},
+    {"usage", (getter)pool_usage, NULL, "Share of blocks referenced by running requests (0..1).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject BlockPoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvbench_sim._pool.BlockPool",
+    .tp_doc = "The GPU KV block pool of kvbench_sim.blocks, compiled (the same behaviour as PyBlockPool).",
+    .tp_basicsize = sizeof(BlockPool),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)pool_init,
+    .tp_dealloc = (destructor)pool_dealloc,
+    .tp_methods = pool_methods,
+    .tp_members = pool_members,
+    .tp_getset = pool_getset,
+};
+
+static PyMethodDef module_methods[] = {
+    {"chain_hashes", (PyCFunction)(void (*)(void))chain_hashes, METH_VARARGS | METH_KEYWORDS,
+     "h_j = hash((h_{j-1}, *tokens of block j)), full blocks only; known: an earlier prompt and its hashes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef pool_module = {
+    PyModuleDef_HEAD_INIT, "kvbench_sim._pool", "The block pool and block hashes of kvbench_sim.blocks, compiled.",
+    -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__pool(void)
+{
+    if (PyType_Ready(&BlockPoolType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&pool_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&BlockPoolType);
+    if (PyModule_AddObject(module, "BlockPool", (PyObject *)&BlockPoolType) < 0) {
+        Py_DECREF(&BlockPoolType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
