@@ -66,6 +66,93 @@ static int same_items(PyObject **a, PyObject **b, Py_ssize_t n)
     return 1;
 }
 
+/* ---- integer arrays in and out ---------------------------------------------------------------------------------
+   Hashes leave as array('q') and blocks as array('i'): eight or four bytes each in one buffer, where a list holds a
+   pointer to a separate int object per item (a large pool's lists of them did not fit the cache). Either, or any
+   sequence of ints, is read back. */
+
+static PyTypeObject *array_type; /* array.array */
+
+typedef struct {
+    int64_t *values;
+    Py_ssize_t n;
+} Ints;
+
+static void ints_free(Ints *ints)
+{
+    PyMem_Free(ints->values);
+    ints->values = NULL;
+    ints->n = 0;
+}
+
+static int ints_read(PyObject *obj, Ints *out, const char *what)
+{
+    out->values = NULL;
+    out->n = 0;
+    if (PyObject_TypeCheck(obj, array_type)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            return -1;
+        const char *format = view.format ? view.format : "B";
+        Py_ssize_t n = view.itemsize ? view.len / view.itemsize : 0;
+        out->values = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        if (out->values == NULL) {
+            PyBuffer_Release(&view);
+            PyErr_NoMemory();
+            return -1;
+        }
+        if ((format[0] == 'q' || format[0] == 'l') && view.itemsize == 8)
+            memcpy(out->values, view.buf, (size_t)n * sizeof(int64_t));
+        else if (format[0] == 'i' && view.itemsize == 4)
+            for (Py_ssize_t j = 0; j < n; j++)
+                out->values[j] = ((const int32_t *)view.buf)[j];
+        else {
+            PyBuffer_Release(&view);
+            ints_free(out);
+            PyErr_Format(PyExc_TypeError, "%s: an array of type code '%s' (integers of 4 or 8 bytes expected)", what,
+                         format);
+            return -1;
+        }
+        out->n = n;
+        PyBuffer_Release(&view);
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(obj, what);
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    out->values = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (out->values == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        long long value = PyLong_AsLongLong(items[j]);
+        if (value == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            ints_free(out);
+            return -1;
+        }
+        out->values[j] = (int64_t)value;
+    }
+    out->n = n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* array(typecode, the bytes at data) */
+static PyObject *new_array(const char *typecode, const void *data, Py_ssize_t bytes)
+{
+    return PyObject_CallFunction((PyObject *)array_type, "sy#", typecode, (const char *)data, bytes);
+}
+
+static PyObject *new_block_array(const int32_t *blocks, Py_ssize_t n)
+{
+    return new_array("i", blocks, n * (Py_ssize_t)sizeof(int32_t));
+}
+
 static PyObject *chain_hashes(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"tokens", "block_size", "known", NULL};
@@ -80,71 +167,60 @@ static PyObject *chain_hashes(PyObject *module, PyObject *args, PyObject *kwargs
     PyObject *tokens = PySequence_Fast(tokens_obj, "chain_hashes: tokens must be a sequence");
     if (tokens == NULL)
         return NULL;
-    PyObject *out = NULL, *old_tokens = NULL, *old_hashes = NULL;
+    PyObject *out = NULL, *old_tokens = NULL;
+    Ints old_hashes = {NULL, 0};
     Py_ssize_t n = PySequence_Fast_GET_SIZE(tokens);
     PyObject **items = PySequence_Fast_ITEMS(tokens);
+    Py_ssize_t blocks = n / block_size, shared = 0;
+    int64_t *hashes = PyMem_Malloc((size_t)(blocks ? blocks : 1) * sizeof(int64_t));
+    if (hashes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_hash_t prev = 0;
-    Py_ssize_t begin = 0;
-    out = PyList_New(0);
-    if (out == NULL)
-        goto fail;
     if (known != Py_None) {
         PyObject *old_tokens_obj, *old_hashes_obj;
         if (!PyArg_ParseTuple(known, "OO:chain_hashes known", &old_tokens_obj, &old_hashes_obj))
-            goto fail;
+            goto done;
         old_tokens = PySequence_Fast(old_tokens_obj, "chain_hashes: known's tokens must be a sequence");
-        if (old_tokens == NULL)
-            goto fail;
-        old_hashes = PySequence_Fast(old_hashes_obj, "chain_hashes: known's hashes must be a sequence");
-        if (old_hashes == NULL)
-            goto fail;
+        if (old_tokens == NULL || ints_read(old_hashes_obj, &old_hashes, "chain_hashes: known's hashes") < 0)
+            goto done;
         Py_ssize_t old_n = PySequence_Fast_GET_SIZE(old_tokens);
-        Py_ssize_t shared = PySequence_Fast_GET_SIZE(old_hashes);
+        shared = old_hashes.n;
+        if (shared > old_n / block_size) {
+            PyErr_SetString(PyExc_ValueError, "chain_hashes: known holds more hashes than its tokens make blocks");
+            goto done;
+        }
         while (shared) { /* the reference compares the two slices tokens[:shared * block_size] */
             Py_ssize_t span = shared * block_size;
             Py_ssize_t old_span = old_n < span ? old_n : span, new_span = n < span ? n : span;
             if (old_span == new_span) {
                 int same = same_items(PySequence_Fast_ITEMS(old_tokens), items, new_span);
                 if (same < 0)
-                    goto fail;
+                    goto done;
                 if (same)
                     break;
             }
             shared /= 2; /* the conversation was not resent verbatim: fall back to the blocks that still agree */
         }
-        if (shared) {
-            PyObject **kept = PySequence_Fast_ITEMS(old_hashes);
-            for (Py_ssize_t j = 0; j < shared; j++)
-                if (PyList_Append(out, kept[j]) < 0)
-                    goto fail;
-            prev = PyLong_AsSsize_t(kept[shared - 1]);
-            if (prev == -1 && PyErr_Occurred())
-                goto fail;
-            begin = shared * block_size;
+        if (shared) { /* the shared blocks are whole blocks of these tokens too: shared <= blocks */
+            memcpy(hashes, old_hashes.values, (size_t)shared * sizeof(int64_t));
+            prev = (Py_hash_t)old_hashes.values[shared - 1];
         }
     }
-    for (Py_ssize_t start = begin; start + block_size <= n; start += block_size) {
-        prev = block_hash(prev, items + start, block_size);
+    for (Py_ssize_t j = shared; j < blocks; j++) {
+        prev = block_hash(prev, items + j * block_size, block_size);
         if (prev == -1)
-            goto fail;
-        PyObject *value = PyLong_FromSsize_t(prev);
-        if (value == NULL)
-            goto fail;
-        int appended = PyList_Append(out, value);
-        Py_DECREF(value);
-        if (appended < 0)
-            goto fail;
+            goto done;
+        hashes[j] = prev;
     }
+    out = new_array("q", hashes, blocks * (Py_ssize_t)sizeof(int64_t));
+done:
     Py_DECREF(tokens);
     Py_XDECREF(old_tokens);
-    Py_XDECREF(old_hashes);
+    ints_free(&old_hashes);
+    PyMem_Free(hashes);
     return out;
-fail:
-    Py_DECREF(tokens);
-    Py_XDECREF(old_tokens);
-    Py_XDECREF(old_hashes);
-    Py_XDECREF(out);
-    return NULL;
 }
 
 /* ---- the pool --------------------------------------------------------------------------------------------------
@@ -383,42 +459,23 @@ static PyObject *pool_free_order(BlockPool *self, PyObject *unused)
 /* the longest cached prefix of ``hashes``; with ``take``, each block referenced */
 static PyObject *prefix_blocks(BlockPool *self, PyObject *hashes_obj, int take)
 {
-    PyObject *hashes = PySequence_Fast(hashes_obj, "hashes must be a sequence");
-    if (hashes == NULL)
+    Ints keys;
+    if (ints_read(hashes_obj, &keys, "hashes") < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(hashes);
-    PyObject **items = PySequence_Fast_ITEMS(hashes);
-    Py_ssize_t hit = 0;
-    int64_t *keys = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    Py_ssize_t n = keys.n, hit = 0;
     int32_t *blocks = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-    PyObject *out = NULL;
-    if (keys == NULL || blocks == NULL) {
-        PyErr_NoMemory();
-        goto done;
+    if (blocks == NULL) {
+        ints_free(&keys);
+        return PyErr_NoMemory();
     }
-    for (Py_ssize_t j = 0; j < n; j++) {
-        if (as_key(items[j], &keys[j]) < 0)
-            goto done;
-        /* the slots are far apart in a large pool: ask for all of them before reading the first */
-        __builtin_prefetch(&self->slots[slot_of(self, keys[j])]);
-    }
+    for (Py_ssize_t j = 0; j < n; j++) /* the slots are far apart in a large pool: asked for before the first read */
+        __builtin_prefetch(&self->slots[slot_of(self, keys.values[j])]);
     for (; hit < n; hit++) {
-        int32_t block = cached_get(self, keys[hit]);
+        int32_t block = cached_get(self, keys.values[hit]);
         if (block < 0)
             break;
         blocks[hit] = block;
         __builtin_prefetch(&self->ref[block], 1);
-    }
-    out = PyList_New(hit);
-    if (out == NULL)
-        goto done;
-    for (Py_ssize_t j = 0; j < hit; j++) {
-        PyObject *value = PyLong_FromLong(blocks[j]);
-        if (value == NULL) {
-            Py_CLEAR(out);
-            goto done;
-        }
-        PyList_SET_ITEM(out, j, value);
     }
     if (take) {
         Py_ssize_t taken = 0;
@@ -427,9 +484,8 @@ static PyObject *prefix_blocks(BlockPool *self, PyObject *hashes_obj, int take)
                 taken++;
         self->free -= taken;
     }
-done:
-    Py_DECREF(hashes);
-    PyMem_Free(keys);
+    PyObject *out = new_block_array(blocks, hit);
+    ints_free(&keys);
     PyMem_Free(blocks);
     return out;
 }
@@ -454,45 +510,46 @@ static int register_one(BlockPool *self, int32_t block, int64_t key)
     return 0;
 }
 
+/* 0, or -1 with IndexError when a block is not one of the pool's */
+static int check_blocks(const BlockPool *self, const Ints *blocks, Py_ssize_t start, Py_ssize_t end)
+{
+    for (Py_ssize_t j = start; j < end; j++)
+        if (blocks->values[j] < 0 || blocks->values[j] >= self->num_blocks) {
+            PyErr_Format(PyExc_IndexError, "block %lld is not in a pool of %zd blocks", (long long)blocks->values[j],
+                         self->num_blocks);
+            return -1;
+        }
+    return 0;
+}
+
 static PyObject *pool_register_prefix(BlockPool *self, PyObject *args)
 {
     PyObject *blocks_obj, *hashes_obj;
     Py_ssize_t start, end;
     if (!PyArg_ParseTuple(args, "OOnn:register_prefix", &blocks_obj, &hashes_obj, &start, &end))
         return NULL;
-    PyObject *blocks = PySequence_Fast(blocks_obj, "blocks must be a sequence");
-    if (blocks == NULL)
+    Ints blocks, hashes = {NULL, 0};
+    if (ints_read(blocks_obj, &blocks, "blocks") < 0)
         return NULL;
-    PyObject *hashes = PySequence_Fast(hashes_obj, "hashes must be a sequence");
-    if (hashes == NULL) {
-        Py_DECREF(blocks);
-        return NULL;
-    }
-    if (start < end && (start < 0 || end > PySequence_Fast_GET_SIZE(blocks) || end > PySequence_Fast_GET_SIZE(hashes))) {
+    PyObject *out = NULL;
+    if (ints_read(hashes_obj, &hashes, "hashes") < 0)
+        goto done;
+    if (start < end && (start < 0 || end > blocks.n || end > hashes.n)) {
         PyErr_SetString(PyExc_IndexError, "register_prefix: start:end is outside the blocks or hashes");
-        Py_DECREF(blocks);
-        Py_DECREF(hashes);
-        return NULL;
+        goto done;
     }
-    for (Py_ssize_t j = start; j < end; j++) { /* the slots far apart: asked for before the first is read */
-        long long key = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(hashes, j));
-        __builtin_prefetch(&self->slots[slot_of(self, (int64_t)key)]);
-    }
-    PyErr_Clear(); /* a bad item is reported below */
-    for (Py_ssize_t j = start; j < end; j++) {
-        int32_t block;
-        int64_t key;
-        if (as_block(self, PySequence_Fast_GET_ITEM(blocks, j), &block) < 0 ||
-            as_key(PySequence_Fast_GET_ITEM(hashes, j), &key) < 0) {
-            Py_DECREF(blocks);
-            Py_DECREF(hashes);
-            return NULL;
-        }
-        register_one(self, block, key);
-    }
-    Py_DECREF(blocks);
-    Py_DECREF(hashes);
-    Py_RETURN_NONE;
+    if (check_blocks(self, &blocks, start, end) < 0)
+        goto done;
+    for (Py_ssize_t j = start; j < end; j++) /* the slots far apart: asked for before the first is read */
+        __builtin_prefetch(&self->slots[slot_of(self, hashes.values[j])]);
+    for (Py_ssize_t j = start; j < end; j++)
+        register_one(self, (int32_t)blocks.values[j], hashes.values[j]);
+    out = Py_None;
+    Py_INCREF(out);
+done:
+    ints_free(&blocks);
+    ints_free(&hashes);
+    return out;
 }
 
 static PyObject *pool_register(BlockPool *self, PyObject *args)
@@ -510,20 +567,17 @@ static PyObject *pool_register(BlockPool *self, PyObject *args)
 
 static PyObject *pool_touch(BlockPool *self, PyObject *blocks_obj)
 {
-    PyObject *blocks = PySequence_Fast(blocks_obj, "blocks must be a sequence");
-    if (blocks == NULL)
+    Ints blocks;
+    if (ints_read(blocks_obj, &blocks, "blocks") < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int32_t b;
-        if (as_block(self, PySequence_Fast_GET_ITEM(blocks, j), &b) < 0) {
-            Py_DECREF(blocks);
-            return NULL;
-        }
-        if (self->ref[b]++ == 0)
-            self->free--;
+    if (check_blocks(self, &blocks, 0, blocks.n) < 0) {
+        ints_free(&blocks);
+        return NULL;
     }
-    Py_DECREF(blocks);
+    for (Py_ssize_t j = 0; j < blocks.n; j++)
+        if (self->ref[blocks.values[j]]++ == 0)
+            self->free--;
+    ints_free(&blocks);
     Py_RETURN_NONE;
 }
 
@@ -534,13 +588,13 @@ static PyObject *pool_allocate(BlockPool *self, PyObject *arg)
         return NULL;
     if (n > self->free)
         Py_RETURN_NONE;
-    PyObject *out = PyList_New(n > 0 ? n : 0);
+    int32_t *out = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
     if (out == NULL)
-        return NULL;
+        return PyErr_NoMemory();
     Py_ssize_t got = 0;
     while (got < n) {
         if (self->front.tail == self->front.head && self->queue.head == self->queue.tail) {
-            Py_DECREF(out); /* the count of free blocks disagrees with the queues: a bug, never a result */
+            PyMem_Free(out); /* the count of free blocks disagrees with the queues: a bug, never a result */
             PyErr_SetString(PyExc_RuntimeError, "BlockPool.allocate: the free list ran out before the free count");
             return NULL;
         }
@@ -557,17 +611,14 @@ static PyObject *pool_allocate(BlockPool *self, PyObject *arg)
             self->evictions++;
         }
         self->ref[b] = 1;
-        PyObject *value = PyLong_FromLong(b);
-        if (value == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, got++, value);
+        out[got++] = b;
     }
     if (self->queue.head == self->queue.tail)
         self->queue.head = self->queue.tail = 0;
     self->free -= n;
-    return out;
+    PyObject *blocks = new_block_array(out, got);
+    PyMem_Free(out);
+    return blocks;
 }
 
 static int pool_compact(BlockPool *self)
@@ -594,38 +645,29 @@ static int pool_compact(BlockPool *self)
 
 static PyObject *pool_release(BlockPool *self, PyObject *blocks_obj)
 {
-    PyObject *blocks = PySequence_Fast(blocks_obj, "blocks must be a sequence");
-    if (blocks == NULL)
+    Ints blocks;
+    if (ints_read(blocks_obj, &blocks, "blocks") < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
-    PyObject **items = PySequence_Fast_ITEMS(blocks);
-    Py_ssize_t freed = 0;
-    for (Py_ssize_t j = 0; j < n; j++) { /* far apart in a large pool: asked for before the first is read */
-        Py_ssize_t b = PyLong_AsSsize_t(items[j]);
-        if (b >= 0 && b < self->num_blocks) {
-            __builtin_prefetch(&self->ref[b], 1);
-            __builtin_prefetch(&self->hashed[b]);
-        }
+    if (check_blocks(self, &blocks, 0, blocks.n) < 0) {
+        ints_free(&blocks);
+        return NULL;
     }
-    PyErr_Clear(); /* a bad item is reported below, where the reference reports it */
-    for (Py_ssize_t j = n - 1; j >= 0; j--) { /* reversed, like vLLM: a request's tail blocks are evicted first */
-        int32_t b;
-        if (as_block(self, items[j], &b) < 0) {
-            self->free += freed;
-            Py_DECREF(blocks);
-            return NULL;
-        }
+    for (Py_ssize_t j = 0; j < blocks.n; j++) /* far apart in a large pool: asked for before the first is read */
+        __builtin_prefetch(&self->ref[blocks.values[j]], 1);
+    Py_ssize_t freed = 0;
+    for (Py_ssize_t j = blocks.n - 1; j >= 0; j--) { /* reversed, like vLLM: a request's tail blocks go first */
+        int32_t b = (int32_t)blocks.values[j];
         if (--self->ref[b] == 0) {
             freed++;
             self->entries[b]++;
             if (queue_push(self->hashed[b] ? &self->queue : &self->front, b) < 0) {
                 self->free += freed;
-                Py_DECREF(blocks);
+                ints_free(&blocks);
                 return NULL;
             }
         }
     }
-    Py_DECREF(blocks);
+    ints_free(&blocks);
     self->free += freed;
     /* hits leave dead entries behind, which allocate drops as it reaches them; one that is only hit would grow
        without bound */
@@ -704,6 +746,13 @@ static struct PyModuleDef pool_module = {
 PyMODINIT_FUNC PyInit__pool(void)
 {
     if (PyType_Ready(&BlockPoolType) < 0)
+        return NULL;
+    PyObject *array_module = PyImport_ImportModule("array");
+    if (array_module == NULL)
+        return NULL;
+    array_type = (PyTypeObject *)PyObject_GetAttrString(array_module, "array");
+    Py_DECREF(array_module);
+    if (array_type == NULL)
         return NULL;
     PyObject *module = PyModule_Create(&pool_module);
     if (module == NULL)

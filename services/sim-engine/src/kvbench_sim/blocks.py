@@ -8,30 +8,34 @@ hits nothing, which is the regime where offload tiers help.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from typing import cast
 
 __all__ = ["NATIVE", "BlockPool", "PyBlockPool", "chain_hashes", "py_chain_hashes"]
 
 
 def py_chain_hashes(
-    tokens: Sequence[str], block_size: int, known: tuple[Sequence[str], list[int]] | None = None
-) -> list[int]:
+    tokens: Sequence[str], block_size: int, known: tuple[Sequence[str], Sequence[int]] | None = None
+) -> Sequence[int]:
     """h_j = H(h_{j-1}, tokens of block j), full blocks only.
 
     Python's own tuple hash: ten times faster than a cryptographic digest, and identity is all an engine needs
     (one engine process, or one batch simulation, owns its caches; the values never leave the process).
     ``known``: an earlier prompt and its hashes (a conversation's previous turn); the blocks it shares with
     ``tokens`` are not hashed again."""
+    if block_size <= 0:
+        raise ValueError("chain_hashes: block_size must be at least 1")
     hashes: list[int] = []
     prev, begin = 0, 0
     if known is not None:
         old_tokens, old_hashes = known
         shared = len(old_hashes)
+        if shared > len(old_tokens) // block_size:
+            raise ValueError("chain_hashes: known holds more hashes than its tokens make blocks")
         while shared and not _same(old_tokens[: shared * block_size], tokens[: shared * block_size]):
             shared //= 2  # the conversation was not resent verbatim: fall back to the blocks that still agree
         if shared:
-            hashes = old_hashes[:shared]
+            hashes = list(old_hashes[:shared])
             prev, begin = hashes[-1], shared * block_size
     append = hashes.append
     for start in range(begin, len(tokens) - block_size + 1, block_size):
@@ -84,7 +88,7 @@ class PyBlockPool:
                 out.append(b)
         return out
 
-    def match(self, hashes: Sequence[int]) -> list[int]:
+    def match(self, hashes: Sequence[int]) -> MutableSequence[int]:
         """Blocks of the longest cached prefix."""
         hit: list[int] = []
         cached = self._cached
@@ -95,7 +99,7 @@ class PyBlockPool:
             hit.append(block)
         return hit
 
-    def acquire_prefix(self, hashes: Sequence[int]) -> list[int]:
+    def acquire_prefix(self, hashes: Sequence[int]) -> MutableSequence[int]:
         """``match`` and ``touch`` in one pass: the blocks of the longest cached prefix, referenced."""
         hit: list[int] = []
         cached, ref = self._cached, self._ref
@@ -129,7 +133,7 @@ class PyBlockPool:
                 self._free -= 1
             ref[b] += 1
 
-    def allocate(self, n: int) -> list[int] | None:
+    def allocate(self, n: int) -> MutableSequence[int] | None:
         if n > self._free:
             return None
         out: list[int] = []
@@ -200,9 +204,10 @@ class PyBlockPool:
         return dropped
 
 
-# The same pool and hashes compiled (_pool.c), when the install could build it: a large batch simulation spends a third
+# The same pool and hashes compiled (_pool.c), when the install could build it: a large batch simulation spent a third
 # of its time in the loops above. Bit for bit the same behaviour and hash values (the tests run both through the same
-# steps); the Python reference serves where no C compiler was found.
+# steps); its hashes and blocks come as arrays (array('q'), array('i')) rather than lists. The Python reference serves
+# where no C compiler was found.
 try:
     from kvbench_sim import _pool
 except ImportError:  # pragma: no cover - an install without a C compiler

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass, field
 
 from kvbench_sim import blocks
@@ -27,8 +27,8 @@ class SimRequest:
     prompt: Sequence[str]
     max_tokens: int
     arrival_s: float
-    hashes: list[int] = field(default_factory=list)
-    blocks: list[int] = field(default_factory=list)
+    hashes: Sequence[int] = field(default_factory=list)  # chained block hashes (the compiled pool's: an array)
+    blocks: MutableSequence[int] = field(default_factory=list)
     num_computed: int = 0
     cached_tokens: int = 0
     output: int = 0
@@ -38,7 +38,7 @@ class SimRequest:
     loads_pending: int = 0
     loaded_to: int = 0  # tokens that will be computed once the pending loads land
     sources: dict[str, int] = field(default_factory=dict)  # cached tokens by where they came from
-    chunk_hashes: dict[int, list[int]] = field(default_factory=dict)  # per tier chunk size
+    chunk_hashes: dict[int, Sequence[int]] = field(default_factory=dict)  # per tier chunk size
     registered: int = 0  # leading blocks already registered in the GPU pool
     prompt_len: int = field(init=False)  # read many times a step: kept, not recounted
 
@@ -198,7 +198,7 @@ class Engine:
         req.loaded_to = covered
         return covered
 
-    def _chunk_hashes(self, req: SimRequest, chunk_tokens: int) -> list[int]:
+    def _chunk_hashes(self, req: SimRequest, chunk_tokens: int) -> Sequence[int]:
         if chunk_tokens == self.block_size and req.hashes:
             return req.hashes
         if chunk_tokens not in req.chunk_hashes:
@@ -338,7 +338,7 @@ class Engine:
             if not req.admitted:
                 max_hit_blocks = (req.prompt_len - 1) // self.block_size
                 hit = self.pool.acquire_prefix(req.hashes[:max_hit_blocks]) if cfg.prefix_caching else []
-                req.blocks = list(hit)
+                req.blocks = hit  # a new sequence: the request's own
                 req.registered = len(hit)
                 req.num_computed = len(hit) * self.block_size
                 if req.num_computed:

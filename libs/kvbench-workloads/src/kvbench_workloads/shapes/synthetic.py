@@ -48,8 +48,11 @@ class SyntheticSession(Session):
 
     def record(self, turn: Turn, reply: str, ok: bool) -> None:
         if ok:
-            said = turn.words if turn.words is not None else tuple((turn.prompt or "").split())
-            self.context = self.prefix + said[len(self.prefix) :] + tuple(reply.split())  # tuples: joined in C
+            if turn.words is not None:  # built by next_turn: it starts with the prefix's own words already
+                self.context = turn.words + tuple(reply.split())
+            else:  # as sent: the prefix's words are shared with the group's other sessions, not copies of them
+                said = tuple((turn.prompt or "").split())
+                self.context = self.prefix + said[len(self.prefix) :] + tuple(reply.split())
             self.turn += 1
         else:
             self.turn = self.turns  # a failed turn ends the conversation: its history is unknown
