@@ -8,6 +8,7 @@ through ``record``; replayed sessions resend their recorded history verbatim and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,11 @@ class Session:
     def record(self, turn: Turn, reply: str, ok: bool) -> None:
         """Called after each response; the next ``next_turn`` moves on."""
         self.turn += 1
+
+    def record_words(self, turn: Turn, reply_words: Sequence[str]) -> None:
+        """``record`` of a response that came as words (the simulator's batch mode), whitespace-free each: what
+        ``record`` would make of them joined by spaces."""
+        self.record(turn, " ".join(reply_words), True)
 
 
 class ReplaySession(Session):

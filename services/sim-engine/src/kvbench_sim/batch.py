@@ -472,8 +472,7 @@ class Simulation:
             end = start_s + (times[-1] if times else 0.0)
             span = self.measure_span
             span[:] = [min(span[0], start_s), max(span[1], end)] if span else [start_s, end]
-        reply = " ".join(output_words(pending.prompt, len(times), self.seed))
-        pending.session.record(pending.turn, reply, True)
+        pending.session.record_words(pending.turn, output_words(pending.prompt, len(times), self.seed))
         if self._queued:
             session, turn = self._queued.pop(0)
             self._send(session, turn)

@@ -30,12 +30,12 @@ def chat_to_prompt(messages: list[dict[str, Any]]) -> str:
     return " ".join(parts)
 
 
-def output_words(prompt_tokens: Sequence[str], count: int, seed: int) -> list[str]:
+def output_words(prompt_tokens: Sequence[str], count: int, seed: int) -> tuple[str, ...]:
     """``count`` words drawn from an extendable-output hash (SHAKE-128) of the prompt's last 64 tokens and the
     seed: two bytes a word, so a whole reply costs one hash call."""
     key = " ".join(prompt_tokens[-64:]).encode() + seed.to_bytes(8, "big")
     stream = memoryview(hashlib.shake_128(key).digest(2 * count)).cast("H")
-    return list(map(_WORD_OF_VALUE.__getitem__, stream))
+    return tuple(map(_WORD_OF_VALUE.__getitem__, stream))
 
 
 _WORDS = [f"w{i}" for i in range(4096)]

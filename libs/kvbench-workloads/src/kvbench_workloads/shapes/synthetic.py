@@ -57,6 +57,13 @@ class SyntheticSession(Session):
         else:
             self.turn = self.turns  # a failed turn ends the conversation: its history is unknown
 
+    def record_words(self, turn: Turn, reply_words: Sequence[str]) -> None:
+        if turn.words is None:
+            super().record_words(turn, reply_words)
+            return
+        self.context = turn.words + tuple(reply_words)  # never joined, never split
+        self.turn += 1
+
 
 @shape_builder("synthetic_sessions", "shared_prompt", "per_user_history")
 def synthetic_source(request: ShapeRequest) -> Source:
