@@ -410,7 +410,7 @@ class Simulation:
                 if pending is None:
                     continue
                 start = pending.start_s
-                pending.chunk_times.extend([t - start for t in times])
+                pending.chunk_times.extend(map(start.__rsub__, times))  # t - start, each
                 if done:
                     self._finish(rid, pending, engine)
             self._kick(index)

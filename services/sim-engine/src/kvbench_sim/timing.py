@@ -66,8 +66,8 @@ class StepTimer:
         if long_chunk:  # a one-token chunk (a P/D hand-off's last token) is decode-like
             fixed += eff.prefill_fixed_ms / 1e3
         base = fixed + t_lin + t_attn + t_comm
-        if self._sigma:
-            base *= self._draw(1)[0]
+        if self._sigma:  # the next jitter factor: _draw(1)'s, without a list for one number (once per step)
+            base *= self._jitter.pop() if self._jitter else self._draw(1)[0]
         return base
 
     def _draw(self, n: int) -> list[float]:
