@@ -522,6 +522,18 @@ static int check_blocks(const BlockPool *self, const Ints *blocks, Py_ssize_t st
     return 0;
 }
 
+/* ``obj``'s blocks, every one of them the pool's (0), or -1 with an exception and nothing to free */
+static int read_blocks(const BlockPool *self, PyObject *obj, Ints *blocks)
+{
+    if (ints_read(obj, blocks, "blocks") < 0)
+        return -1;
+    if (check_blocks(self, blocks, 0, blocks->n) < 0) {
+        ints_free(blocks);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *pool_register_prefix(BlockPool *self, PyObject *args)
 {
     PyObject *blocks_obj, *hashes_obj;
@@ -568,12 +580,8 @@ static PyObject *pool_register(BlockPool *self, PyObject *args)
 static PyObject *pool_touch(BlockPool *self, PyObject *blocks_obj)
 {
     Ints blocks;
-    if (ints_read(blocks_obj, &blocks, "blocks") < 0)
+    if (read_blocks(self, blocks_obj, &blocks) < 0)
         return NULL;
-    if (check_blocks(self, &blocks, 0, blocks.n) < 0) {
-        ints_free(&blocks);
-        return NULL;
-    }
     for (Py_ssize_t j = 0; j < blocks.n; j++)
         if (self->ref[blocks.values[j]]++ == 0)
             self->free--;
@@ -646,12 +654,8 @@ static int pool_compact(BlockPool *self)
 static PyObject *pool_release(BlockPool *self, PyObject *blocks_obj)
 {
     Ints blocks;
-    if (ints_read(blocks_obj, &blocks, "blocks") < 0)
+    if (read_blocks(self, blocks_obj, &blocks) < 0)
         return NULL;
-    if (check_blocks(self, &blocks, 0, blocks.n) < 0) {
-        ints_free(&blocks);
-        return NULL;
-    }
     for (Py_ssize_t j = 0; j < blocks.n; j++) /* far apart in a large pool: asked for before the first is read */
         __builtin_prefetch(&self->ref[blocks.values[j]], 1);
     Py_ssize_t freed = 0;
