@@ -426,33 +426,41 @@ static PyObject *pool_usage(BlockPool *self, void *closure)
     return PyFloat_FromDouble(1.0 - (double)self->free / (double)self->num_blocks);
 }
 
-/* the free blocks in the order allocate takes them, into ``out`` (a new list) */
-static PyObject *pool_free_order(BlockPool *self, PyObject *unused)
+/* the free blocks in the order allocate takes them, written to ``out`` (room for num_blocks); how many, or -1 */
+static Py_ssize_t free_order_into(const BlockPool *self, int32_t *out)
 {
     int32_t *seen = PyMem_Calloc((size_t)self->num_blocks, sizeof(int32_t));
-    PyObject *out = PyList_New(0);
-    if (seen == NULL || out == NULL) {
-        PyMem_Free(seen);
-        Py_XDECREF(out);
-        return PyErr_NoMemory();
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    Py_ssize_t total = (self->front.tail - self->front.head) + (self->queue.tail - self->queue.head);
+    Py_ssize_t count = 0, in_front = self->front.tail - self->front.head;
+    Py_ssize_t total = in_front + (self->queue.tail - self->queue.head);
     for (Py_ssize_t k = 0; k < total; k++) {
-        Py_ssize_t in_front = self->front.tail - self->front.head;
         int32_t b = k < in_front ? self->front.items[self->front.tail - 1 - k]
                                  : self->queue.items[self->queue.head + (k - in_front)];
-        if (++seen[b] == self->entries[b] && self->ref[b] == 0) {
-            PyObject *value = PyLong_FromLong(b);
-            if (value == NULL || PyList_Append(out, value) < 0) {
-                Py_XDECREF(value);
-                Py_DECREF(out);
-                PyMem_Free(seen);
-                return NULL;
-            }
-            Py_DECREF(value);
-        }
+        if (++seen[b] == self->entries[b] && self->ref[b] == 0)
+            out[count++] = b;
     }
     PyMem_Free(seen);
+    return count;
+}
+
+static PyObject *pool_free_order(BlockPool *self, PyObject *unused)
+{
+    int32_t *order = PyMem_Malloc((size_t)self->num_blocks * sizeof(int32_t));
+    if (order == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t count = free_order_into(self, order);
+    PyObject *out = count < 0 ? NULL : PyList_New(count);
+    for (Py_ssize_t j = 0; out != NULL && j < count; j++) {
+        PyObject *value = PyLong_FromLong(order[j]);
+        if (value == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, j, value);
+    }
+    PyMem_Free(order);
     return out;
 }
 
@@ -500,14 +508,13 @@ static PyObject *pool_acquire_prefix(BlockPool *self, PyObject *hashes)
     return prefix_blocks(self, hashes, 1);
 }
 
-static int register_one(BlockPool *self, int32_t block, int64_t key)
+static void register_one(BlockPool *self, int32_t block, int64_t key)
 {
     if (self->hashed[block] || cached_get(self, key) >= 0)
-        return 0;
+        return;
     cached_set(self, key, block);
     self->hash[block] = key;
     self->hashed[block] = 1;
-    return 0;
 }
 
 /* 0, or -1 with IndexError when a block is not one of the pool's */
@@ -631,23 +638,26 @@ static PyObject *pool_allocate(BlockPool *self, PyObject *arg)
 
 static int pool_compact(BlockPool *self)
 {
-    PyObject *order = pool_free_order(self, NULL);
-    if (order == NULL)
+    int32_t *order = PyMem_Malloc((size_t)self->num_blocks * sizeof(int32_t));
+    if (order == NULL) {
+        PyErr_NoMemory();
         return -1;
-    Py_ssize_t n = PyList_GET_SIZE(order);
-    for (Py_ssize_t b = 0; b < self->num_blocks; b++)
-        self->entries[b] = 0;
-    self->front.head = self->front.tail = 0;
-    self->queue.head = self->queue.tail = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int32_t b = (int32_t)PyLong_AsLong(PyList_GET_ITEM(order, j));
-        self->entries[b] = 1;
-        if (queue_push(&self->queue, b) < 0) {
-            Py_DECREF(order);
-            return -1;
-        }
     }
-    Py_DECREF(order);
+    Py_ssize_t count = free_order_into(self, order);
+    if (count < 0) {
+        PyMem_Free(order);
+        return -1;
+    }
+    /* the free list as one queue, an entry a block: the queue never holds fewer than num_blocks slots */
+    memset(self->entries, 0, (size_t)self->num_blocks * sizeof(int32_t));
+    for (Py_ssize_t j = 0; j < count; j++) {
+        self->entries[order[j]] = 1;
+        self->queue.items[j] = order[j];
+    }
+    self->front.head = self->front.tail = 0;
+    self->queue.head = 0;
+    self->queue.tail = count;
+    PyMem_Free(order);
     return 0;
 }
 
