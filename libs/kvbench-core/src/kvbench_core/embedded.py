@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvbench_core.procs import free_port, pid_alive, stop_pid, wait_port
+from kvbench_core.procs import free_port, pid_alive, stop_pid
 
 __all__ = [
     "EmbeddedNats",
     "EmbeddedNatsCluster",
     "EmbeddedPostgres",
+    "PortTakenError",
     "ServerNotFoundError",
     "find_nats_server",
     "find_pg_bin",
@@ -40,6 +41,10 @@ __all__ = [
 
 class ServerNotFoundError(RuntimeError):
     pass
+
+
+class PortTakenError(RuntimeError):
+    """A server's port was taken between being chosen and being bound (another process, racing for free ports)."""
 
 
 def find_nats_server() -> str:
@@ -130,20 +135,53 @@ class EmbeddedNats:
         config.write_text("\n".join(lines) + "\n")
         return config
 
-    def start(self) -> EmbeddedNats:
-        self.port = self.port or free_port()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.data_dir / "nats.log"
-        with open(self.log_path, "ab") as log_file:
-            proc = subprocess.Popen(
-                [find_nats_server(), "-c", str(self._config())],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.pid = proc.pid
-        wait_port(self.port, host=self.url.split("//")[1].rsplit(":", 1)[0])
-        return self
+    def start(self, timeout_s: float = 20.0) -> EmbeddedNats:
+        """Start the server and wait until it says it is ready. A port chosen here that another process took before
+        the server bound it is chosen again (twice at most). A server that exits says why (its log's fatal line) at
+        once: PortTakenError when a port it was given was taken. Its log, not a connection, tells that it is ready:
+        the process that took the port may be listening on it."""
+        chosen_here = not self.port
+        for attempt in range(3):
+            self.port = self.port or free_port()
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.log_path = self.data_dir / "nats.log"
+            with open(self.log_path, "ab") as log_file:
+                logged_before = log_file.tell()
+                proc = subprocess.Popen(
+                    [find_nats_server(), "-c", str(self._config())],
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            self.pid = proc.pid
+            reason = self._wait_ready(proc, logged_before, timeout_s)
+            if reason is None:
+                return self
+            self.pid = None
+            if "address already in use" not in reason:
+                raise RuntimeError(f"nats-server exited before it was ready: {reason}")
+            if not chosen_here or attempt == 2:
+                raise PortTakenError(f"nats-server could not listen: {reason}")
+            self.port = 0
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], logged_before: int, timeout_s: float) -> str | None:
+        """None once this start's log says the server is ready; its fatal line if it exited first."""
+        assert self.log_path is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as log_file:
+                log_file.seek(logged_before)
+                lines = log_file.read().decode(errors="replace").splitlines()
+            if any(line.endswith("[INF] Server is ready") for line in lines):
+                return None
+            if proc.poll() is not None:
+                fatal = [line.split("[FTL]", 1)[1].strip() for line in lines if "[FTL]" in line]
+                return fatal[-1] if fatal else f"it exited ({proc.returncode}); see {self.log_path}"
+            time.sleep(0.02)
+        proc.kill()
+        self.pid = None
+        raise TimeoutError(f"nats-server did not say it was ready within {timeout_s:.0f} s; see {self.log_path}")
 
     def stop(self) -> None:
         if self.pid:
@@ -208,26 +246,33 @@ class EmbeddedNatsCluster:
         if self.size < 1:
             raise ValueError("size: a cluster has at least one server")
         secret = secrets.token_urlsafe(24)
-        clients = self.ports or [free_port() for _ in range(self.size)]
-        routes = [free_port() for _ in range(self.size)]
-        self.servers = [
-            EmbeddedNats(
-                self.base_dir / f"n{k + 1}",
-                port=clients[k],
-                listen=self.listen,
-                token=self.token,
-                server_name=f"kvbench-n{k + 1}",
-                cluster_port=routes[k],
-                peers=[p for j, p in enumerate(routes) if j != k],
-                route_secret=secret,
-                monitor_port=free_port(),
-                users=self.users,
-                tls=self.tls,
-            )
-            for k in range(self.size)
-        ]
-        for server in self.servers:
-            server.start()
+        for attempt in range(3):  # the members' ports are chosen together: one taken meanwhile, all chosen again
+            clients = self.ports or [free_port() for _ in range(self.size)]
+            routes = [free_port() for _ in range(self.size)]
+            self.servers = [
+                EmbeddedNats(
+                    self.base_dir / f"n{k + 1}",
+                    port=clients[k],
+                    listen=self.listen,
+                    token=self.token,
+                    server_name=f"kvbench-n{k + 1}",
+                    cluster_port=routes[k],
+                    peers=[p for j, p in enumerate(routes) if j != k],
+                    route_secret=secret,
+                    monitor_port=free_port(),
+                    users=self.users,
+                    tls=self.tls,
+                )
+                for k in range(self.size)
+            ]
+            try:
+                for server in self.servers:
+                    server.start()
+                break
+            except PortTakenError:
+                self.stop()
+                if self.ports or attempt == 2:
+                    raise
         deadline = time.monotonic() + ready_timeout_s
         # JetStream answers once one server leads; a stream of three replicas is placed once every server is a
         # current peer of the leader's
