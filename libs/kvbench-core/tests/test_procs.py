@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 from pathlib import Path
 
@@ -61,3 +63,23 @@ def test_ports_a_simulated_pool_agrees_on_are_never_chosen_for_a_child() -> None
     check is answered by that process (a launcher test once read another process's port as its store)."""
     last_agreed = procs.AGREED_PORTS_FROM + procs.AGREED_PORTS_SPAN + 1000  # the store, then its engines after it
     assert last_agreed <= procs.CHOSEN_PORTS_FROM
+
+
+@pytest.mark.skipif(not Path("/proc/sys/net/ipv4/ip_local_port_range").exists(), reason="Linux only")
+def test_a_port_handed_out_is_not_handed_out_again_before_its_process_binds_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Parallel tests chose ports a second or more before their processes bound them, and twice met on one: a port
+    handed out stays claimed (by any process's free_port on the machine) until long after it was chosen."""
+    monkeypatch.setattr(procs, "_CLAIMS", tmp_path / "claims")
+    first = procs.free_port()
+    picks = iter([first, first + 1])  # the same port again, as a racing process's random pick would be
+    monkeypatch.setattr(random, "randrange", lambda *_: next(picks))
+    second = procs.free_port()
+    assert second == first + 1  # free (nothing bound it), but claimed: skipped
+    # a claim older than CLAIM_S is given up: its process bound the port long ago, or never will
+    claim = tmp_path / "claims" / str(second)
+    old = claim.stat().st_mtime - procs.CLAIM_S - 1
+    os.utime(claim, (old, old))
+    monkeypatch.setattr(random, "randrange", lambda *_: second)
+    assert procs.free_port() == second

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -55,6 +56,11 @@ CHOSEN_PORTS_FROM = 20000
 AGREED_PORTS_FROM = 10000
 AGREED_PORTS_SPAN = 9000
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# a port handed out is claimed here for a while, against every other process's free_port on this machine: a port
+# is free when chosen but its process binds it a second or more later (a deployment starts a dozen in turn), and
+# parallel tests' picks met in that window
+_CLAIMS = Path(tempfile.gettempdir()) / "kvbench-ports"
+CLAIM_S = 120.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -76,10 +82,30 @@ def free_port(host: str = "127.0.0.1") -> int:
                     sock.bind((host, port))
                 except OSError:
                     continue
+            if _claim(port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _claim(port: int) -> bool:
+    """Whether ``port`` is this caller's: no other free_port on this machine handed it out in the last CLAIM_S
+    seconds. Where the claims cannot be kept (another user's folder), every port is."""
+    path = _CLAIMS / str(port)
+    for _ in range(2):
+        try:
+            _CLAIMS.mkdir(mode=0o1777, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return True
+        except FileExistsError:
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - path.stat().st_mtime < CLAIM_S:  # file times are wall-clock times
+                    return False
+                path.unlink()  # an old claim: its process bound the port long ago, or never will
+        except OSError:
+            return True
+    return False
 
 
 def wait_port(port: int, host: str = "127.0.0.1", timeout_s: float = 20.0) -> None:
