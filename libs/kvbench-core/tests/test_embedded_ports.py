@@ -49,9 +49,12 @@ def test_a_server_given_a_taken_port_says_so(tmp_path: Path, taken_port: int) ->
     """A port the caller chose (a restart on the port clients know) is not changed: the server's own reason, raised
     as soon as it exits rather than after the wait for it to listen."""
     server = EmbeddedNats(tmp_path / "nats", port=taken_port)
-    with pytest.raises(PortTakenError, match=f"127.0.0.1:{taken_port}.*address already in use"):
-        server.start()
-    assert server.pid is None
+    try:
+        with pytest.raises(PortTakenError, match=f"127.0.0.1:{taken_port}.*address already in use"):
+            server.start()
+        assert server.pid is None
+    finally:
+        server.stop()  # nothing to stop, unless it started after all
 
 
 def test_a_cluster_whose_chosen_port_was_taken_meanwhile_forms_on_others(
