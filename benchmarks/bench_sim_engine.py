@@ -64,6 +64,13 @@ def python_pool() -> Iterator[None]:
         blocks.BlockPool, blocks.chain_hashes = compiled
 
 
+# pool_hour's sessions: 4 turns over 16 shared 1,024-token prefixes, 256 new tokens a turn, 64 out, history resent
+POOL_TRAFFIC = {
+    "shape": "synthetic_sessions",
+    "synthetic": {"prefix_tokens": 1024, "groups": 16, "turns": 4, "input_tokens": 256, "output_tokens": 64},
+}
+
+
 def pool_hour(
     duration_s: float, machines: int = 8, rate: float = 50.0, reference_pool: bool = False
 ) -> dict[str, float]:
@@ -80,14 +87,7 @@ def pool_hour(
             "defaults": {
                 "cluster": {"sim": {"machines": machines, "gpu": "H100", "gpus_per_machine": 1}},
                 "traffic": {
-                    "shape": "synthetic_sessions",
-                    "synthetic": {
-                        "prefix_tokens": 1024,
-                        "groups": 16,
-                        "turns": 4,
-                        "input_tokens": 256,
-                        "output_tokens": 64,
-                    },
+                    **POOL_TRAFFIC,
                     "arrivals": {"mode": "request_rate", "rates": [rate]},
                     "duration_s": duration_s,
                 },
@@ -115,6 +115,34 @@ def pool_hour(
         "bytes_per_request": finished.nbytes / max(1, len(finished)),
         "record_bytes_per_request": record_bytes,
     }
+
+
+def load_side_us(requests: int = 24_000) -> float:
+    """What a request of ``pool_hour`` costs before any engine or event: its session's next turn (256 new words and
+    the history), its prompt's block hashes (the previous turn's reused), the reply's words, the session's history and
+    the finished request's record, for ``requests`` requests of the same sessions. Microseconds a request."""
+    from kvbench_sim import blocks  # noqa: PLC0415
+    from kvbench_sim.finished import FinishedRequests  # noqa: PLC0415
+    from kvbench_sim.text import output_words  # noqa: PLC0415
+    from kvbench_workloads.sources import build_source  # noqa: PLC0415
+
+    source = build_source(POOL_TRAFFIC, users=1)
+    finished = FinishedRequests("bench", "w")
+    token_times = [0.02 + 0.005 * i for i in range(64)]
+    done = opened = 0
+    start = time.perf_counter()
+    while done < requests:
+        session = source.next_session(opened)
+        opened += 1
+        known = None
+        while session is not None and (turn := session.next_turn()) is not None:
+            prompt = turn.words or ()
+            hashes = blocks.chain_hashes(prompt, 16, known)
+            known = (prompt, hashes)
+            finished.append(done, session.session_id, session.turn, 0.0, token_times, len(prompt), 1024, None)
+            session.record_words(turn, output_words(prompt, turn.output_tokens, 0))
+            done += 1
+    return (time.perf_counter() - start) / done * 1e6
 
 
 def _drive(base: str, users: int, duration_s: float) -> None:
@@ -219,6 +247,15 @@ def main() -> None:
             f"us each · TTFT p50 {r['ttft_p50_ms']!r} ms · one hour projected "
             f"{r['wall_s'] * 3600 / r['simulated_s']:,.0f} s (goal: < 60 s)"
         )
+    # where a request's time goes, against what the goal leaves it (60 s over the hour's requests)
+    whole_us = big["wall_s"] / max(1, big["requests"]) * 1e6
+    load_us = load_side_us()
+    goal_us = 60.0 / (big["requests"] * 3600 / big["simulated_s"]) * 1e6
+    print(
+        f"  a request: {whole_us:.0f} us in all, of which its session's words, block hashes, reply and record "
+        f"{load_us:.0f} us (measured alone) and the event loop and engines the other {whole_us - load_us:.0f} us · "
+        f"the goal leaves {goal_us:.0f} us"
+    )
     if (baseline["requests"], baseline["ttft_p50_ms"]) != (big["requests"], big["ttft_p50_ms"]):
         raise SystemExit("the compiled block pool and its Python reference simulated different results")
     if big["simulated_s"] < 3600:
