@@ -47,21 +47,20 @@ class SyntheticSession(Session):
         return turn
 
     def record(self, turn: Turn, reply: str, ok: bool) -> None:
-        if ok:
-            if turn.words is not None:  # built by next_turn: it starts with the prefix's own words already
-                self.context = turn.words + tuple(reply.split())
-            else:  # as sent: the prefix's words are shared with the group's other sessions, not copies of them
-                said = tuple((turn.prompt or "").split())
-                self.context = self.prefix + said[len(self.prefix) :] + tuple(reply.split())
-            self.turn += 1
-        else:
+        if not ok:
             self.turn = self.turns  # a failed turn ends the conversation: its history is unknown
+        elif turn.words is not None:  # built by next_turn
+            self.record_words(turn, reply.split())
+        else:  # as sent: the prefix's words are shared with the group's other sessions, not copies of them
+            said = tuple((turn.prompt or "").split())
+            self.context = self.prefix + said[len(self.prefix) :] + tuple(reply.split())
+            self.turn += 1
 
     def record_words(self, turn: Turn, reply_words: Sequence[str]) -> None:
         if turn.words is None:
             super().record_words(turn, reply_words)
             return
-        self.context = turn.words + tuple(reply_words)  # never joined, never split
+        self.context = turn.words + tuple(reply_words)  # it starts with the prefix's own words; never joined or split
         self.turn += 1
 
 
