@@ -8,7 +8,9 @@ these steps to the wall clock; a batch runner can call them back to back.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections import deque
 from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass, field
@@ -335,7 +337,9 @@ class Engine:
                 self.counters.prompt_tokens += req.prompt_len
                 self.counters.tier_hits["transferred"] = self.counters.tier_hits.get("transferred", 0) + req.loaded_to
                 req.admitted = True
-            if not req.admitted:
+            fresh = not req.admitted  # looked up now: its hit blocks are taken only with the blocks it needs
+            device_before = req.sources.get("device")
+            if fresh:
                 max_hit_blocks = (req.prompt_len - 1) // self.block_size
                 hit = self.pool.acquire_prefix(req.hashes[:max_hit_blocks]) if cfg.prefix_caching else []
                 req.blocks = hit  # a new sequence: the request's own
@@ -348,14 +352,9 @@ class Engine:
                 self.counters.prompt_tokens += req.prompt_len
                 req.admitted = True
                 target = self._tier_lookup(req, req.num_computed)
-                if target < 0:
-                    req.admitted = False  # wait for free blocks, then look up again
-                    self.pool.release(req.blocks)
-                    req.blocks, req.num_computed, req.registered = [], 0, 0
+                if target < 0:  # wait for free blocks, then look up again
+                    self._unadmit(req)
                     req.sources.clear()
-                    self.counters.prefix_queries -= req.prompt_len
-                    self.counters.prefix_hits -= len(hit) * self.block_size
-                    self.counters.prompt_tokens -= req.prompt_len
                     break
                 req.cached_tokens = target
                 if req.loads_pending:
@@ -364,7 +363,14 @@ class Engine:
                     continue
             chunk = min(req.prompt_len - req.num_computed, budget)
             if not self._grow(req, req.num_computed + chunk):
-                break  # wait for blocks to free up; the request keeps its hit blocks
+                if fresh:  # wait for blocks to free up, holding none (it kept its hit blocks before, and an engine
+                    # whose waiting requests held every free block stalled for good once nothing ran)
+                    self._unadmit(req)
+                    if device_before is None:
+                        req.sources.pop("device", None)
+                    else:
+                        req.sources["device"] = device_before
+                break
             self.waiting.popleft()
             self.running.append(req)
             prefill.append((req, chunk))
@@ -375,6 +381,17 @@ class Engine:
         ctx_sum = sum(r.prompt_len + r.output for r in decode)
         duration = self.timer.step_s(chunks, ctx_sum, len(decode)) + self._cold_penalty_s(chunks)
         return StepPlan(prefill, decode, duration)
+
+    def _unadmit(self, req: SimRequest) -> None:
+        """Undo a waiting request's admission in this step (its cache hit looked up, nothing computed): its hit
+        blocks go back and its lookup is not counted; the next step looks it up again."""
+        hit_tokens = req.num_computed
+        self.pool.release(req.blocks)
+        req.blocks, req.num_computed, req.registered = [], 0, 0
+        req.admitted = False
+        self.counters.prefix_queries -= req.prompt_len
+        self.counters.prefix_hits -= hit_tokens
+        self.counters.prompt_tokens -= req.prompt_len
 
     def _cold_penalty_s(self, chunks: list[tuple[int, int]]) -> float:
         """A restarted engine compiles and tunes each new prefill shape on first use (simulator.md §4)."""
@@ -409,7 +426,8 @@ class Engine:
             self._grow(r, r.prompt_len + r.output + steps)
         ctx = sum(r.prompt_len + r.output for r in decode)
         plan.steps = [plan.duration_s, *self.timer.decode_run_s(ctx + len(decode), len(decode), steps - 1)]
-        plan.duration_s = sum(plan.steps)
+        plan.duration_s = functools.reduce(operator.add, plan.steps)  # left to right under every Python (3.12's sum
+        # compensates), as the compiled simulation adds them
         return plan
 
     def complete_run(self, plan: StepPlan, now_s: float) -> list[tuple[str, list[float], bool]]:
