@@ -24,7 +24,7 @@ $(UV):
 	@echo "uv not found: installing it with pip into $(UVBOOT)"
 	@python3 -m venv $(UVBOOT) && $(UVBOOT)/bin/pip install -q uv
 
-$(STAMP): $(UV) pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml apps/*/pyproject.toml) $(wildcard services/*/src/*/*.c)
+$(STAMP): $(UV) pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml apps/*/pyproject.toml) $(wildcard services/*/src/*/*.c services/*/src/*/*.h)
 	@# bytecode compiled once here: this machine's environment sets PYTHONDONTWRITEBYTECODE, so every process (each
 	@# service, engine and test worker) otherwise compiled its imports from source again (half its start-up CPU)
 	@$(UV) sync --locked --all-packages --group dev --quiet --compile-bytecode

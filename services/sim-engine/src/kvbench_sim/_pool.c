@@ -12,45 +12,19 @@
 #include <stdint.h>
 #include <string.h>
 
-#if SIZEOF_PY_HASH_T != 8
-#error "the compiled pool reproduces the 64-bit tuple hash only (the Python reference serves other platforms)"
-#endif
-
-/* ---- CPython's tuple hash (Objects/tupleobject.c, 3.8 and later: xxHash's mixing) ---------------------------- */
-#define XXPRIME_1 ((Py_uhash_t)11400714785074694791ULL)
-#define XXPRIME_2 ((Py_uhash_t)14029467366897019727ULL)
-#define XXPRIME_5 ((Py_uhash_t)2870177450012600261ULL)
-#define XXROTATE(x) (((x) << 31) | ((x) >> 33))
-#define HASH_MODULUS (((uint64_t)1 << 61) - 1) /* an int's hash is the int modulo 2**61 - 1, keeping its sign */
-
-static inline Py_hash_t int_hash(Py_hash_t value)
-{
-    uint64_t magnitude = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
-    Py_hash_t h = (Py_hash_t)(magnitude % HASH_MODULUS);
-    if (value < 0)
-        h = -h;
-    return h == -1 ? -2 : h;
-}
+#include "_pool.h"
 
 /* hash((prev, *items[0:count])), or -1 with an exception set */
 static Py_hash_t block_hash(Py_hash_t prev, PyObject **items, Py_ssize_t count)
 {
-    Py_uhash_t acc = XXPRIME_5;
-    acc += (Py_uhash_t)int_hash(prev) * XXPRIME_2;
-    acc = XXROTATE(acc);
-    acc *= XXPRIME_1;
+    Py_uhash_t acc = tuple_hash_start(prev);
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_hash_t lane = PyObject_Hash(items[i]);
         if (lane == -1)
             return -1;
-        acc += (Py_uhash_t)lane * XXPRIME_2;
-        acc = XXROTATE(acc);
-        acc *= XXPRIME_1;
+        acc = tuple_hash_add(acc, lane);
     }
-    acc += (Py_uhash_t)(count + 1) ^ (XXPRIME_5 ^ 3527539UL);
-    if (acc == (Py_uhash_t)-1)
-        return 1546275796;
-    return (Py_hash_t)acc;
+    return tuple_hash_end(acc, count);
 }
 
 /* 1 when a[0:n] == b[0:n] element by element, 0 when not, -1 on error */
@@ -228,31 +202,6 @@ done:
    ``queue`` (the rest, in order); an entry counts only if it is its block's latest (``entries``) and the block is
    still free. ``cached`` maps a block hash to the block holding it: open addressing, linear probing, deletion by
    backward shift; it never holds more than one hash a block, so twice the blocks' slots keep it at most half full. */
-
-typedef struct {
-    int32_t *items;
-    Py_ssize_t head, tail, capacity; /* the live entries are items[head:tail] */
-} IntQueue;
-
-typedef struct { /* a key and its block side by side: a lookup reads one cache line */
-    int64_t key;
-    int32_t block; /* -1: an empty slot */
-} Slot;
-
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t num_blocks;
-    Py_ssize_t free;
-    long long evictions;
-    int32_t *ref;
-    int32_t *entries;
-    int64_t *hash;
-    uint8_t *hashed; /* whether the block holds a hash (any int64 is a valid hash) */
-    IntQueue front, queue;
-    Slot *slots;
-    uint64_t mask;
-    int shift;
-} BlockPool;
 
 static int queue_push(IntQueue *q, int32_t value)
 {
@@ -464,34 +413,40 @@ static PyObject *pool_free_order(BlockPool *self, PyObject *unused)
     return out;
 }
 
+Py_ssize_t pool_prefix_into(BlockPool *self, const int64_t *hashes, Py_ssize_t n, int32_t *out, int take)
+{
+    Py_ssize_t hit = 0;
+    for (Py_ssize_t j = 0; j < n; j++) /* the slots are far apart in a large pool: asked for before the first read */
+        __builtin_prefetch(&self->slots[slot_of(self, hashes[j])]);
+    for (; hit < n; hit++) {
+        int32_t block = cached_get(self, hashes[hit]);
+        if (block < 0)
+            break;
+        out[hit] = block;
+        __builtin_prefetch(&self->ref[block], 1);
+    }
+    if (take) {
+        Py_ssize_t taken = 0;
+        for (Py_ssize_t j = 0; j < hit; j++)
+            if (self->ref[out[j]]++ == 0)
+                taken++;
+        self->free -= taken;
+    }
+    return hit;
+}
+
 /* the longest cached prefix of ``hashes``; with ``take``, each block referenced */
 static PyObject *prefix_blocks(BlockPool *self, PyObject *hashes_obj, int take)
 {
     Ints keys;
     if (ints_read(hashes_obj, &keys, "hashes") < 0)
         return NULL;
-    Py_ssize_t n = keys.n, hit = 0;
-    int32_t *blocks = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    int32_t *blocks = PyMem_Malloc((size_t)(keys.n ? keys.n : 1) * sizeof(int32_t));
     if (blocks == NULL) {
         ints_free(&keys);
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t j = 0; j < n; j++) /* the slots are far apart in a large pool: asked for before the first read */
-        __builtin_prefetch(&self->slots[slot_of(self, keys.values[j])]);
-    for (; hit < n; hit++) {
-        int32_t block = cached_get(self, keys.values[hit]);
-        if (block < 0)
-            break;
-        blocks[hit] = block;
-        __builtin_prefetch(&self->ref[block], 1);
-    }
-    if (take) {
-        Py_ssize_t taken = 0;
-        for (Py_ssize_t j = 0; j < hit; j++)
-            if (self->ref[blocks[j]]++ == 0)
-                taken++;
-        self->free -= taken;
-    }
+    Py_ssize_t hit = pool_prefix_into(self, keys.values, keys.n, blocks, take);
     PyObject *out = new_block_array(blocks, hit);
     ints_free(&keys);
     PyMem_Free(blocks);
@@ -515,6 +470,15 @@ static void register_one(BlockPool *self, int32_t block, int64_t key)
     cached_set(self, key, block);
     self->hash[block] = key;
     self->hashed[block] = 1;
+}
+
+void pool_register_range(BlockPool *self, const int32_t *blocks, const int64_t *hashes, Py_ssize_t start,
+                         Py_ssize_t end)
+{
+    for (Py_ssize_t j = start; j < end; j++) /* the slots far apart: asked for before the first is read */
+        __builtin_prefetch(&self->slots[slot_of(self, hashes[j])]);
+    for (Py_ssize_t j = start; j < end; j++)
+        register_one(self, blocks[j], hashes[j]);
 }
 
 /* 0, or -1 with IndexError when a block is not one of the pool's */
@@ -596,22 +560,14 @@ static PyObject *pool_touch(BlockPool *self, PyObject *blocks_obj)
     Py_RETURN_NONE;
 }
 
-static PyObject *pool_allocate(BlockPool *self, PyObject *arg)
+int pool_allocate_into(BlockPool *self, Py_ssize_t n, int32_t *out)
 {
-    Py_ssize_t n = PyLong_AsSsize_t(arg);
-    if (n == -1 && PyErr_Occurred())
-        return NULL;
-    if (n > self->free)
-        Py_RETURN_NONE;
-    int32_t *out = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    if (out == NULL)
-        return PyErr_NoMemory();
     Py_ssize_t got = 0;
     while (got < n) {
         if (self->front.tail == self->front.head && self->queue.head == self->queue.tail) {
-            PyMem_Free(out); /* the count of free blocks disagrees with the queues: a bug, never a result */
+            /* the count of free blocks disagrees with the queues: a bug, never a result */
             PyErr_SetString(PyExc_RuntimeError, "BlockPool.allocate: the free list ran out before the free count");
-            return NULL;
+            return -1;
         }
         int32_t b = self->front.tail > self->front.head ? self->front.items[--self->front.tail]
                                                          : self->queue.items[self->queue.head++];
@@ -631,7 +587,20 @@ static PyObject *pool_allocate(BlockPool *self, PyObject *arg)
     if (self->queue.head == self->queue.tail)
         self->queue.head = self->queue.tail = 0;
     self->free -= n;
-    PyObject *blocks = new_block_array(out, got);
+    return 0;
+}
+
+static PyObject *pool_allocate(BlockPool *self, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n > self->free)
+        Py_RETURN_NONE;
+    int32_t *out = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    if (out == NULL)
+        return PyErr_NoMemory();
+    PyObject *blocks = pool_allocate_into(self, n, out) < 0 ? NULL : new_block_array(out, n > 0 ? n : 0);
     PyMem_Free(out);
     return blocks;
 }
@@ -661,31 +630,46 @@ static int pool_compact(BlockPool *self)
     return 0;
 }
 
-static PyObject *pool_release(BlockPool *self, PyObject *blocks_obj)
+int pool_release_from(BlockPool *self, const int32_t *blocks, Py_ssize_t n)
 {
-    Ints blocks;
-    if (read_blocks(self, blocks_obj, &blocks) < 0)
-        return NULL;
-    for (Py_ssize_t j = 0; j < blocks.n; j++) /* far apart in a large pool: asked for before the first is read */
-        __builtin_prefetch(&self->ref[blocks.values[j]], 1);
+    for (Py_ssize_t j = 0; j < n; j++) /* far apart in a large pool: asked for before the first is read */
+        __builtin_prefetch(&self->ref[blocks[j]], 1);
     Py_ssize_t freed = 0;
-    for (Py_ssize_t j = blocks.n - 1; j >= 0; j--) { /* reversed, like vLLM: a request's tail blocks go first */
-        int32_t b = (int32_t)blocks.values[j];
+    for (Py_ssize_t j = n - 1; j >= 0; j--) { /* reversed, like vLLM: a request's tail blocks go first */
+        int32_t b = blocks[j];
         if (--self->ref[b] == 0) {
             freed++;
             self->entries[b]++;
             if (queue_push(self->hashed[b] ? &self->queue : &self->front, b) < 0) {
                 self->free += freed;
-                ints_free(&blocks);
-                return NULL;
+                return -1;
             }
         }
     }
-    ints_free(&blocks);
     self->free += freed;
     /* hits leave dead entries behind, which allocate drops as it reaches them; one that is only hit would grow
        without bound */
     if (self->queue.tail - self->queue.head > 4 * self->num_blocks && pool_compact(self) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *pool_release(BlockPool *self, PyObject *blocks_obj)
+{
+    Ints blocks;
+    if (read_blocks(self, blocks_obj, &blocks) < 0)
+        return NULL;
+    int32_t *values = PyMem_Malloc((size_t)(blocks.n ? blocks.n : 1) * sizeof(int32_t));
+    if (values == NULL) {
+        ints_free(&blocks);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; j < blocks.n; j++)
+        values[j] = (int32_t)blocks.values[j];
+    int failed = pool_release_from(self, values, blocks.n) < 0;
+    PyMem_Free(values);
+    ints_free(&blocks);
+    if (failed)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -733,7 +717,7 @@ static PyGetSetDef pool_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject BlockPoolType = {
+PyTypeObject BlockPoolType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvbench_sim._pool.BlockPool",
     .tp_doc = "The GPU KV block pool of kvbench_sim.blocks, compiled (the same behaviour as PyBlockPool).",
     .tp_basicsize = sizeof(BlockPool),
@@ -749,6 +733,9 @@ static PyTypeObject BlockPoolType = {
 static PyMethodDef module_methods[] = {
     {"chain_hashes", (PyCFunction)(void (*)(void))chain_hashes, METH_VARARGS | METH_KEYWORDS,
      "h_j = hash((h_{j-1}, *tokens of block j)), full blocks only; known: an earlier prompt and its hashes."},
+    {"run_batch", batch_run, METH_VARARGS, "The compiled batch simulation (kvbench_sim.fastpath runs it)."},
+    {"random_bytes", batch_random_bytes, METH_VARARGS,
+     "random.Random(key).randbytes(n), as the compiled simulation draws a synthetic turn's words."},
     {NULL, NULL, 0, NULL},
 };
 

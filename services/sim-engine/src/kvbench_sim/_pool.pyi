@@ -2,10 +2,16 @@
 
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 def chain_hashes(
     tokens: Sequence[str], block_size: int, known: tuple[Sequence[str], Sequence[int]] | None = None
 ) -> array[int]: ...
+def run_batch(spec: Any) -> dict[str, Any]:
+    """The compiled batch simulation (kvbench_sim.fastpath builds ``spec`` and reads what it returns)."""
+
+def random_bytes(key: str, n: int) -> bytes:
+    """random.Random(key).randbytes(n)."""
 
 class BlockPool:
     num_blocks: int

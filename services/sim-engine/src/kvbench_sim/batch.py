@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbench_sim import fastpath
 from kvbench_sim.engine import Engine, SimRequest, StepPlan
 from kvbench_sim.finished import FinishedRequests
 from kvbench_sim.profiles import CACHE_SERVER_STORE, Profile, cache_server_tier, load_profile
@@ -29,7 +30,11 @@ from kvbench_workloads.arrivals import arrival_gaps
 from kvbench_workloads.sessions import Session, Turn
 from kvbench_workloads.sources import Source
 
-__all__ = ["Cluster", "Simulation"]
+__all__ = ["Cluster", "Simulation", "SimulationStalledError"]
+
+
+class SimulationStalledError(ValueError):
+    """A run whose engines stopped with requests they can never serve."""
 
 
 @dataclass
@@ -70,7 +75,7 @@ class Cluster:
             ]
         self.pd_link = Link("pd", layout.link_gbps * 1e9)
         self.routing = routing
-        self._rr = itertools.cycle(range(len(self.engines)))
+        self.rr_next = 0  # round robin: the engine the next request goes to
         self._rr_prefill = itertools.cycle(range(max(1, len(self.prefill))))
 
     def _profile_of(self, index: int, gpu: str, model: str) -> Profile:
@@ -128,7 +133,9 @@ class Cluster:
             return _stable(" ".join(prompt[:256])) % n
         if self.routing == "pd_aware":  # the decode engine with the least work queued (prefill side: round robin)
             return min(range(n), key=lambda i: len(self.engines[i].running) + len(self.engines[i].waiting))
-        return next(self._rr)
+        index = self.rr_next
+        self.rr_next = (index + 1) % n
+        return index
 
 
 def _stable(key: str) -> int:
@@ -156,10 +163,13 @@ class Simulation:
         start_s: float = 0.0,
         progress: Callable[[float, int], None] | None = None,
         progress_every_s: float = 1.0,
+        compiled: bool = True,
     ) -> None:
         """``progress``: called with the virtual seconds simulated so far and the requests finished, at most every
-        ``progress_every_s`` of wall time (an hour of 64 engines takes minutes)."""
+        ``progress_every_s`` of wall time (an hour of 64 engines takes minutes). ``compiled``: run it compiled where
+        ``kvbench_sim.fastpath`` can (the same results; False: always this Python reference, as the tests compare)."""
         self.cluster = cluster
+        self.compiled = compiled
         self.source = source
         self.mode = mode
         self.load_level = load_level
@@ -195,7 +205,21 @@ class Simulation:
 
     def run(self) -> FinishedRequests:
         with _few_collections():
-            self._run()
+            if self.compiled and fastpath.unsupported(self) is None:
+                unfinished, longest = fastpath.run(self)
+            else:
+                self._run()
+                pending = self._by_request.values()
+                unfinished = len(pending)
+                longest = max((len(p.prompt) + p.turn.output_tokens for p in pending), default=0)
+        if unfinished:  # nothing is left to happen: they would be missing from the figures without a word
+            engine = min(self.all_engines, key=lambda e: e.pool.num_blocks)
+            raise SimulationStalledError(
+                f"{unfinished} requests never finished: an engine cannot hold the KV cache of a request of "
+                f"{longest:,} tokens (prompt and output; an engine holds {engine.pool.num_blocks * engine.block_size:,}"
+                " tokens). Raise the KV cache (engine kv_cache_gb or gpu_memory_utilization, a larger GPU, tensor "
+                "parallelism) or shorten the workload's prompts and outputs"
+            )
         if self._progress is not None:  # where it ended, before the figures over its requests (seconds, for an hour)
             self._progress(self.now - self.t0, len(self.records))
         return self.records
@@ -245,9 +269,7 @@ class Simulation:
     # -- arrivals ---------------------------------------------------------------------------------
     def _start_arrivals(self) -> None:
         if self.mode == "request_rate":
-            self._gaps = arrival_gaps(
-                max(self.load_level, 1e-9), self.distribution, self.burstiness, random.Random(f"{self.seed}/sim")
-            )
+            self._gaps = self.arrival_gaps()
             self._ready: list[Session] = []
             self._opened = 0
             self._exhausted = False
@@ -257,6 +279,12 @@ class Simulation:
         else:
             for user in self.source.users:
                 self._push(self.t0, "session", user)
+
+    def arrival_gaps(self) -> Iterator[float]:
+        """Request-rate mode: the gaps between arrivals (seeded by the job's seed)."""
+        return arrival_gaps(
+            max(self.load_level, 1e-9), self.distribution, self.burstiness, random.Random(f"{self.seed}/sim")
+        )
 
     def _begin_session(self, user: int) -> None:
         if self.now >= self._deadline:

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import MutableSequence, Sequence
 from typing import cast
 
-__all__ = ["NATIVE", "BlockPool", "PyBlockPool", "chain_hashes", "py_chain_hashes"]
+__all__ = ["COMPILED_POOL", "NATIVE", "BlockPool", "PyBlockPool", "chain_hashes", "py_chain_hashes"]
 
 
 def py_chain_hashes(
@@ -212,9 +212,11 @@ try:
     from kvbench_sim import _pool
 except ImportError:  # pragma: no cover - an install without a C compiler
     NATIVE = False
+    COMPILED_POOL: type | None = None
     BlockPool = PyBlockPool
     chain_hashes = py_chain_hashes
 else:
     NATIVE = True
+    COMPILED_POOL = _pool.BlockPool  # what the compiled batch simulation works on (the name above may be swapped)
     BlockPool = cast("type[PyBlockPool]", _pool.BlockPool)  # the same interface (_pool.pyi), checked by the tests
     chain_hashes = _pool.chain_hashes

@@ -64,14 +64,46 @@ class FinishedRequests:
         self._cached.append(cached_tokens)
         self._times.extend(times)
         self._offsets.append(len(self._times))
-        keys = tuple(sources) if sources else ()
+        self._source_order.append(self.key_order(tuple(sources) if sources else ()))
+        if sources:
+            self._source_values.extend(sources.values())
+        self._starts = None
+
+    def key_order(self, keys: tuple[str, ...]) -> int:
+        """The index of a request's source keys, in this order (registered when first seen)."""
         order = self._order_of.get(keys)
         if order is None:
             order = self._order_of[keys] = len(self._orders)
             self._orders.append(keys)
-        self._source_order.append(order)
-        if sources:
-            self._source_values.extend(sources.values())
+        return order
+
+    def extend_packed(
+        self,
+        numbers: bytes,
+        sessions: list[str],
+        turns: bytes,
+        starts: bytes,
+        prompts: bytes,
+        cached: bytes,
+        times: bytes,
+        counts: bytes,
+        orders: bytes,
+        values: bytes,
+    ) -> None:
+        """``append`` for many requests at once, as the compiled batch simulation packs them: per request its number,
+        turn, start, prompt and cached tokens (int64 or float64 each), its chunk count and source keys' order (uint16,
+        from ``key_order``); all their chunk times and source values back to back."""
+        ends = np.cumsum(np.frombuffer(counts, dtype=np.int64)) + self._offsets[-1]
+        self._number.frombytes(numbers)
+        self._session.extend(sessions)
+        self._turn.frombytes(turns)
+        self._start.frombytes(starts)
+        self._prompt.frombytes(prompts)
+        self._cached.frombytes(cached)
+        self._times.frombytes(times)
+        self._offsets.frombytes(ends.tobytes())
+        self._source_order.frombytes(orders)
+        self._source_values.frombytes(values)
         self._starts = None
 
     def __len__(self) -> int:

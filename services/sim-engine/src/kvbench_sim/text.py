@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["chat_to_prompt", "output_words", "tokenize"]
+__all__ = ["WORD_OF_VALUE", "chat_to_prompt", "output_words", "tokenize"]
 
 
 def tokenize(text: str) -> list[str]:
@@ -35,8 +35,8 @@ def output_words(prompt_tokens: Sequence[str], count: int, seed: int) -> tuple[s
     seed: two bytes a word, so a whole reply costs one hash call."""
     key = " ".join(prompt_tokens[-64:]).encode() + seed.to_bytes(8, "big")
     stream = memoryview(hashlib.shake_128(key).digest(2 * count)).cast("H")
-    return tuple(map(_WORD_OF_VALUE.__getitem__, stream))
+    return tuple(map(WORD_OF_VALUE.__getitem__, stream))
 
 
 _WORDS = [f"w{i}" for i in range(4096)]
-_WORD_OF_VALUE = _WORDS * 16  # indexed by a 16-bit value: its low 12 bits' word, looked up in C
+WORD_OF_VALUE = _WORDS * 16  # indexed by a 16-bit value: its low 12 bits' word, looked up in C

@@ -12,7 +12,7 @@ from typing import Any
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.analysis import DEFINITIONS, Slo, analyze_columns
 from kvbench_core.stats import repeat_interval
-from kvbench_sim.batch import Cluster, Simulation
+from kvbench_sim.batch import Cluster, Simulation, SimulationStalledError
 from kvbench_sim.engine import Engine
 from kvbench_sim.stacks import layout_for
 from kvbench_workloads.sources import build_source
@@ -80,9 +80,10 @@ def run_job(
     start_s: float = 0.0,
     progress: Callable[[float, int], None] | None = None,
     progress_every_s: float = 1.0,
+    compiled: bool = True,
 ) -> tuple[dict[str, Any], Cluster, Simulation]:
-    """One job in virtual time; returns its figures, and the cluster (to continue or restart it). ``progress``: see
-    ``Simulation``."""
+    """One job in virtual time; returns its figures, and the cluster (to continue or restart it). ``progress`` and
+    ``compiled``: see ``Simulation``."""
     if workload.cluster.sim is None:
         raise ValueError(f"workload {workload.name}: batch mode needs a simulated cluster (cluster.sim)")
     sim_cluster = workload.cluster.sim.model_dump()
@@ -119,9 +120,13 @@ def run_job(
         start_s=start_s,
         progress=progress,
         progress_every_s=progress_every_s,
+        compiled=compiled,
     )
     cross_before, servers_before = _cross_hits(cluster.all_engines), cluster.cache_servers()
-    finished = sim.run()
+    try:
+        finished = sim.run()
+    except SimulationStalledError as exc:
+        raise SimulationStalledError(f"workload {workload.name}, load {load_level:g}: {exc}") from None
     warmup = workload.effective_warmup_s()
     load_end = duration if duration > 0 else float(finished.ends_s().max(initial=0.0))
     if sim.measure_span:
