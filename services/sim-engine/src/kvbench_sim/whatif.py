@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from kvbench_contracts.plan import Plan, Workload
 from kvbench_core.analysis import DEFINITIONS, Slo, analyze_columns
 from kvbench_core.stats import repeat_interval
@@ -134,7 +136,8 @@ def run_job(
     slo = workload.measurement.slo
     figures = analyze_columns(finished.columns(), warmup, load_end, Slo(slo.ttft_ms, slo.tpot_ms, slo.e2e_ms))
     engines = [*cluster.engines, *cluster.prefill]
-    first = min(range(len(finished)), key=finished.start_s, default=None)  # the earliest sent (the first on a tie)
+    # the earliest sent (argmin: the first on a tie)
+    first = int(np.argmin(finished.starts_s())) if len(finished) else None
     first_ttft = finished.ttft_s(first) if first is not None else None
     figures.update(
         {
