@@ -1,20 +1,26 @@
-"""How fast the simulated engine's core runs in batch mode (no sleeping), on one core.
+"""How fast the simulated engine runs, on one core.
 
-Prints: simulated seconds, wall seconds, speed-up over real time, engine steps/s and requests/s, for a
-closed loop of shared-prefix sessions on one simulated L40S engine. Baseline in the same run: the same
-load with the prefix cache off (more prefill work per step, fewer hash lookups).
+Prints: the engine core stepped alone (simulated seconds, wall seconds, speed-up over real time, engine steps/s and
+requests/s, for a closed loop of shared-prefix sessions on one simulated L40S engine; baseline in the same run: the
+prefix cache off); server mode's token timing error; batch mode's simulated hour of 8 engines at 50 requests/s and of
+64 engines at 400 requests/s, compiled, with the Python simulation as its baseline on the first minute (and the records
+of all of them compared).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import random
+import resource
 import time
 import tracemalloc
 from collections.abc import Iterator
+from typing import Any
 
 from kvbench_sim.engine import Engine, SimRequest
+from kvbench_sim.finished import FinishedRequests
 from kvbench_sim.profiles import EngineConfig, load_profile
 
 
@@ -72,11 +78,18 @@ POOL_TRAFFIC = {
 
 
 def pool_hour(
-    duration_s: float, machines: int = 8, rate: float = 50.0, reference_pool: bool = False
-) -> dict[str, float]:
+    duration_s: float,
+    machines: int = 8,
+    rate: float = 50.0,
+    reference_pool: bool = False,
+    compiled: bool = True,
+    digest: bool = False,
+) -> dict[str, Any]:
     """Batch (what-if) mode, the whole path: ``machines`` simulated H100 engines serving Qwen3-8B, a Poisson
     ``rate`` requests/s of 4-turn sessions over 16 shared 1,024-token prefixes (256 new tokens a turn, 64 out,
-    history resent), routed by session affinity. ``reference_pool``: with the block pool's Python reference."""
+    history resent), routed by session affinity. ``compiled``: the compiled batch simulation where it applies (it does
+    here); False, or ``reference_pool`` (the block pool's Python reference), runs the Python simulation. ``digest``:
+    with its records' digest (``records_digest``), to compare runs."""
     from kvbench_contracts.plan import Plan  # noqa: PLC0415
     from kvbench_sim.whatif import run_job  # noqa: PLC0415
 
@@ -105,7 +118,9 @@ def pool_hour(
 
     start = time.perf_counter()
     with python_pool() if reference_pool else contextlib.nullcontext():
-        figures, _, sim = run_job(plan.workloads[0], rate, 0, progress=mark, progress_every_s=0.0)
+        figures, _, sim = run_job(
+            plan.workloads[0], rate, 0, progress=mark, progress_every_s=0.0, compiled=compiled and not reference_pool
+        )
     wall = time.perf_counter() - start
     (first_at, first_done), (last_at, last_done) = marks[0] if len(marks) > 1 else (start, 0), marks[-1]
     finished = sim.records
@@ -118,6 +133,8 @@ def pool_hour(
     return {
         "simulated_s": duration_s,
         "wall_s": wall,
+        "records_digest": records_digest(finished) if digest else "",
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,  # the process's, so far
         "requests": len(finished),
         "simulation_us_per_request": (last_at - first_at) / max(1, last_done - first_done) * 1e6,
         "ttft_p50_ms": figures["ttft_ms"]["p50"],
@@ -126,38 +143,21 @@ def pool_hour(
     }
 
 
-def hour_s(result: dict[str, float]) -> float:
+def records_digest(finished: FinishedRequests) -> str:
+    """SHA-256 of every request's number, session, turn, start, chunk times, prompt and cached tokens and sources."""
+    columns = finished.columns()
+    digest = hashlib.sha256()
+    for column in (columns.start_s, columns.chunk_times, columns.chunk_offsets, columns.prompt_tokens,
+                   columns.cached_tokens):  # fmt: skip
+        digest.update(column.tobytes())
+    for i in range(len(finished)):
+        digest.update(f"{finished.request_id(i)} {finished[i].session_id} {finished.sources(i)}".encode())
+    return digest.hexdigest()[:16]
+
+
+def hour_s(result: dict[str, Any]) -> float:
     """``pool_hour``'s simulation proper projected to one simulated hour (its set-up and figures left out)."""
-    return result["simulation_us_per_request"] * result["requests"] * 3600 / result["simulated_s"] / 1e6
-
-
-def load_side_us(requests: int = 24_000) -> float:
-    """What a request of ``pool_hour`` costs before any engine or event: its session's next turn (256 new words and
-    the history), its prompt's block hashes (the previous turn's reused), the reply's words, the session's history and
-    the finished request's record, for ``requests`` requests of the same sessions. Microseconds a request."""
-    from kvbench_sim import blocks  # noqa: PLC0415
-    from kvbench_sim.finished import FinishedRequests  # noqa: PLC0415
-    from kvbench_sim.text import output_words  # noqa: PLC0415
-    from kvbench_workloads.sources import build_source  # noqa: PLC0415
-
-    block_size = load_profile("H100", "Qwen/Qwen3-8B").block_size  # pool_hour's engines'
-    source = build_source(POOL_TRAFFIC, users=1)
-    finished = FinishedRequests("bench", "w")
-    token_times = [0.02 + 0.005 * i for i in range(64)]
-    done = opened = 0
-    start = time.perf_counter()
-    while done < requests:
-        session = source.next_session(opened)
-        opened += 1
-        known = None
-        while session is not None and (turn := session.next_turn()) is not None:
-            prompt = turn.words or ()
-            hashes = blocks.chain_hashes(prompt, block_size, known)
-            known = (prompt, hashes)
-            finished.append(done, session.session_id, session.turn, 0.0, token_times, len(prompt), 1024, None)
-            session.record_words(turn, output_words(prompt, turn.output_tokens, 0))
-            done += 1
-    return (time.perf_counter() - start) / done * 1e6
+    return float(result["simulation_us_per_request"] * result["requests"] * 3600 / result["simulated_s"] / 1e6)
 
 
 def _drive(base: str, users: int, duration_s: float) -> None:
@@ -251,35 +251,33 @@ def main() -> None:
         f"batch mode, 8 engines at 50 requests/s: {p['simulated_s']:,.0f} simulated s in {p['wall_s']:.1f} s wall "
         f"(goal for one hour: < 60 s) · {p['requests']:,} requests · TTFT p50 {p['ttft_p50_ms']:.1f} ms"
     )
-    # the cluster-scale goal, on a shorter window (an hour would take half an hour): the hour's wall time projected
-    window = float(os.environ.get("KVBENCH_BENCH_SIM_LARGE_SECONDS", "60"))
-    big = pool_hour(window, machines=64, rate=400.0)
-    baseline = pool_hour(window, machines=64, rate=400.0, reference_pool=True)
-    for label, r in (("", big), (" (baseline: the block pool's Python reference)", baseline)):
-        print(
-            f"batch mode, 64 engines at 400 requests/s{label}: {r['simulated_s']:,.0f} simulated s in "
-            f"{r['wall_s']:.1f} s wall with set-up and figures · {r['requests']:,} requests, "
-            f"{r['simulation_us_per_request']:.0f} us each in the simulation proper · TTFT p50 {r['ttft_p50_ms']!r} "
-            f"ms · one hour projected {hour_s(r):,.0f} s, set-up and figures left out (goal: < 60 s)"
-        )
-    # where a request's time goes, against what the goal leaves it (60 s over the hour's requests)
+    # the cluster-scale goal, measured whole (KVBENCH_BENCH_SIM_LARGE_SECONDS shortens it); its baselines, the
+    # Python simulation (and with the block pool's Python reference too), on the first minute, projected to the hour
+    window = float(os.environ.get("KVBENCH_BENCH_SIM_LARGE_SECONDS", "3600"))
+    short = min(window, 60.0)
+    big = pool_hour(window, machines=64, rate=400.0, digest=short == window)
+    same_window = big if short == window else pool_hour(short, machines=64, rate=400.0, digest=True)
+    reference = pool_hour(short, machines=64, rate=400.0, compiled=False, digest=True)
+    python_pool = pool_hour(short, machines=64, rate=400.0, reference_pool=True, digest=True)
     hour_requests = big["requests"] * 3600 / big["simulated_s"]
-    whole_us = big["simulation_us_per_request"]
-    load_us = load_side_us()
-    goal_us = 60.0 / hour_requests * 1e6
     print(
-        f"  a request: {whole_us:.0f} us in the simulation, of which its session's words, block hashes, reply and "
-        f"record {load_us:.0f} us (measured alone) and the event loop and engines the other "
-        f"{whole_us - load_us:.0f} us · the goal leaves {goal_us:.0f} us"
+        f"batch mode, 64 engines at 400 requests/s, compiled: {big['simulated_s']:,.0f} simulated s in "
+        f"{big['wall_s']:.1f} s wall with set-up and figures (goal for one hour: < 60 s) · {big['requests']:,} "
+        f"requests, {big['simulation_us_per_request']:.1f} us each in the simulation proper (the goal leaves "
+        f"{60.0 / hour_requests * 1e6:.0f} us) · TTFT p50 {big['ttft_p50_ms']!r} ms · peak RSS "
+        f"{big['peak_rss_gb']:.2f} GB (the process's)"
     )
-    if (baseline["requests"], baseline["ttft_p50_ms"]) != (big["requests"], big["ttft_p50_ms"]):
-        raise SystemExit("the compiled block pool and its Python reference simulated different results")
-    if big["simulated_s"] < 3600:
+    for label, r in (("the Python simulation", reference), ("and the block pool's Python reference", python_pool)):
+        slower = r["simulation_us_per_request"] / same_window["simulation_us_per_request"]
         print(
-            f"  (projected from the first {big['simulated_s']:,.0f} simulated s: a request cost about the same over "
-            "the whole hour when it was measured, 2026-12-06; KVBENCH_BENCH_SIM_LARGE_SECONDS=3600 measures the "
-            "hour, about six minutes here)"
+            f"  baseline, {label}: {r['simulated_s']:,.0f} simulated s in {r['wall_s']:.1f} s wall · "
+            f"{r['simulation_us_per_request']:.0f} us a request ({slower:.1f}x the compiled one's over the same "
+            f"window) · one hour projected {hour_s(r):,.0f} s"
         )
+    digests = {same_window["records_digest"], reference["records_digest"], python_pool["records_digest"]}
+    if len(digests) != 1:
+        raise SystemExit("the compiled simulation and the Python reference simulated different records")
+    print(f"  the same {reference['requests']:,} records, bit for bit, all three ways (sha256 {digests.pop()})")
     print(
         f"  finished requests held: {big['bytes_per_request']:,.0f} B each as columns, against "
         f"{big['record_bytes_per_request']:,.0f} B as RequestRecord objects (baseline, same requests) · one hour's "
