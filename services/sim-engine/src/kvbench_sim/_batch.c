@@ -525,6 +525,14 @@ static void session_free(Session *s)
     PyMem_Free(s);
 }
 
+static void request_free(Request *req)
+{
+    session_free(req->session); /* a session has one request at a time: it goes with it (NULL: it goes on) */
+    PyMem_Free(req->blocks);
+    PyMem_Free(req->times);
+    PyMem_Free(req);
+}
+
 static long get_long(PyObject *obj, const char *name, int *failed)
 {
     PyObject *value = PyObject_GetAttrString(obj, name);
@@ -1246,9 +1254,8 @@ static void finish(Sim *sim, Request *req)
     record(sim, req);
     Session *s = req->session;
     record_reply(sim, s, req->prompt_len, req->n_times);
-    PyMem_Free(req->blocks);
-    PyMem_Free(req->times);
-    PyMem_Free(req);
+    req->session = NULL; /* the session goes on */
+    request_free(req);
     if (sim->n_queued) {
         Session *next = ring_pop_front((void **)sim->queued, &sim->queued_head, &sim->n_queued, sim->cap_queued);
         send(sim, next);
@@ -1525,8 +1532,14 @@ static void run_loop(Sim *sim)
         Event event = pop(sim);
         sim->now = event.at;
         events++;
-        if (!(events & 4095) && sim->progress != Py_None) /* the clock is read once per 4,096 events */
-            report_progress(sim);
+        if (!(events & 4095)) { /* the clock is read once per 4,096 events, and Ctrl-C heard */
+            if (PyErr_CheckSignals() < 0) {
+                sim->failed = 1;
+                break;
+            }
+            if (sim->progress != Py_None)
+                report_progress(sim);
+        }
         switch (event.kind) {
         case EV_STEP: {
             Engine *e = &sim->engines[event.index];
@@ -1688,13 +1701,23 @@ static void engine_free(Engine *e)
 
 static void sim_free(Sim *sim)
 {
-    for (Py_ssize_t i = 0; sim->engines && i < sim->n_engines; i++)
-        engine_free(&sim->engines[i]);
+    for (Py_ssize_t i = 0; sim->engines && i < sim->n_engines; i++) {
+        /* requests a stalled or failed run left (their blocks stay taken in the engine's pool, as the Python
+           reference leaves them in its queues) */
+        Engine *e = &sim->engines[i];
+        for (Py_ssize_t k = 0; k < e->n_waiting; k++)
+            request_free(e->waiting[(e->waiting_head + k) % e->cap_waiting]);
+        for (Py_ssize_t k = 0; k < e->n_running; k++)
+            request_free(e->running[k]);
+        engine_free(e);
+    }
     PyMem_Free(sim->engines);
     /* whatever a failed run left: requests in flight (their sessions with them), waiting sessions */
     for (Py_ssize_t i = 0; i < sim->n_heap; i++) {
         if (sim->heap[i].kind == EV_READY)
             session_free(sim->heap[i].item);
+        else if (sim->heap[i].kind == EV_INTAKE)
+            request_free(sim->heap[i].item);
     }
     PyMem_Free(sim->heap);
     for (Py_ssize_t k = 0; k < sim->n_ready; k++)
