@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,6 +164,16 @@ def test_a_request_no_engine_can_hold_fails_the_run_with_the_fix(compiled: bool)
     cluster = _cluster(case)
     with pytest.raises(SimulationStalledError, match=r"requests never finished: .* 2,136 tokens .* holds 2,032 tokens"):
         _simulation(case, cluster, compiled).run()
+
+
+def test_the_compiled_module_is_built_from_the_sources_beside_it() -> None:
+    """The extension is optional (an image without a C compiler runs the Python reference), so a build that fails in
+    an editable install leaves the older module beside its sources, running code that is no longer theirs."""
+    module = Path(_pool.__file__)
+    sources = [*module.parent.glob("_*.c"), *module.parent.glob("_*.h")]
+    assert {p.name for p in sources} >= {"_pool.c", "_batch.c", "_pool.h"}
+    stale = [p.name for p in sources if p.stat().st_mtime > module.stat().st_mtime]
+    assert not stale, f"{module.name} is older than {stale}: rebuild it (make env) and read the compiler's errors"
 
 
 @pytest.mark.parametrize("key", ["", "u0-s0/t0", "u123456-s0/t3", "é/t1", "x" * 300])

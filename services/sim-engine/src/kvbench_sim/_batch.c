@@ -63,6 +63,26 @@ static void mt_init_by_array(Twister *t, const uint32_t *key, size_t length)
     t->mt[0] = 0x80000000U;
 }
 
+static inline uint32_t mt_temper(uint32_t y)
+{
+    y ^= (y >> 11);
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    return y ^ (y >> 18);
+}
+
+/* the first ``count`` outputs after seeding (count <= 227) into out: the same as ``count`` calls of mt_next, but
+   only the state words they read are twisted (the first 227 read none twisted before them), and the state is left
+   as it was: for a turn's 256 words, 64 outputs instead of the whole 624-word twist */
+static void mt_first(const Twister *t, int count, uint32_t *out)
+{
+    static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
+    for (int k = 0; k < count; k++) {
+        uint32_t y = (t->mt[k] & 0x80000000U) | (t->mt[k + 1] & 0x7fffffffU);
+        out[k] = mt_temper(t->mt[k + MT_M] ^ (y >> 1) ^ mag01[y & 1U]);
+    }
+}
+
 static uint32_t mt_next(Twister *t)
 {
     static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
@@ -81,22 +101,20 @@ static uint32_t mt_next(Twister *t)
         t->mt[MT_N - 1] = t->mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 1U];
         t->index = 0;
     }
-    uint32_t y = t->mt[t->index++];
-    y ^= (y >> 11);
-    y ^= (y << 7) & 0x9d2c5680U;
-    y ^= (y << 15) & 0xefc60000U;
-    y ^= (y >> 18);
-    return y;
+    return mt_temper(t->mt[t->index++]);
 }
 
 static PyObject *sha512_new; /* hashlib.sha512 */
 static PyObject *shake128_new; /* hashlib.shake_128 */
+static PyObject *digest_name;  /* "digest" */
 
 /* hashlib's constructors, looked up once: 0, or -1 with an exception */
 static int hashers_ready(void)
 {
-    if (sha512_new != NULL && shake128_new != NULL)
+    if (sha512_new != NULL && shake128_new != NULL && digest_name != NULL)
         return 0;
+    if (digest_name == NULL && (digest_name = PyUnicode_InternFromString("digest")) == NULL)
+        return -1;
     PyObject *hashlib = PyImport_ImportModule("hashlib");
     if (hashlib == NULL)
         return -1;
@@ -116,7 +134,14 @@ static PyObject *digest_of(PyObject *hasher, const char *data, Py_ssize_t n, Py_
     Py_DECREF(bytes);
     if (h == NULL)
         return NULL;
-    PyObject *out = size < 0 ? PyObject_CallMethod(h, "digest", NULL) : PyObject_CallMethod(h, "digest", "n", size);
+    PyObject *out;
+    if (size < 0)
+        out = PyObject_CallMethodNoArgs(h, digest_name);
+    else {
+        PyObject *length = PyLong_FromSsize_t(size);
+        out = length ? PyObject_CallMethodOneArg(h, digest_name, length) : NULL;
+        Py_XDECREF(length);
+    }
     Py_DECREF(h);
     if (out != NULL && !PyBytes_Check(out)) {
         Py_DECREF(out);
@@ -171,9 +196,13 @@ static int random_bytes(const char *key, Py_ssize_t key_len, Py_ssize_t n, uint8
         words[w] = value;
     }
     mt_init_by_array(twister, words, used);
+    Py_ssize_t outputs = (n + 3) / 4;
+    uint32_t leading[MT_N - MT_M];
+    if (outputs <= MT_N - MT_M)
+        mt_first(twister, (int)outputs, leading);
     size_t k = (size_t)n * 8;
     for (Py_ssize_t i = 0; i < n; i += 4, k -= 32) {
-        uint32_t r = mt_next(twister);
+        uint32_t r = outputs <= MT_N - MT_M ? leading[i / 4] : mt_next(twister);
         if (k < 32)
             r >>= (32 - k);
         for (Py_ssize_t b = 0; b < 4 && i + b < n; b++)
@@ -351,6 +380,10 @@ typedef struct {
     long long flushed;
     uint16_t order_device, order_recomputed;
     double progress_every_s, progress_at;
+    Request **done_list; /* step_done's scratch */
+    char *done;
+    double *step_times;
+    Py_ssize_t cap_done, cap_step_times;
     int failed;
 } Sim;
 
@@ -608,7 +641,10 @@ static Session *session_open(Sim *sim, long long opened)
     if (ids == NULL || !PyArg_ParseTuple(ids, "ny#", &index, &raw, &raw_len) || refresh_words(sim) < 0)
         goto fail;
     Py_ssize_t n = raw_len / (Py_ssize_t)sizeof(int32_t);
-    if (append_tokens(sim, s, n) < 0)
+    Py_ssize_t whole = n + (s->turns > 0 ? s->turns : 0) * (s->input_tokens + s->output_tokens);
+    /* room for the whole conversation at once (a reply is at most output_tokens long) */
+    if (append_tokens(sim, s, whole) < 0 ||
+        (sim->hashing && GROW(s->hashes, s->cap_hashes, whole / sim->block_size + 1) < 0))
         goto fail;
     memcpy(s->tokens, raw, (size_t)n * sizeof(int32_t));
     s->n_tokens = n;
@@ -687,12 +723,23 @@ static int next_turn(Sim *sim, Session *s)
         sim->failed = 1;
         return 0;
     }
-    int key_len = snprintf(key, sizeof key, "%s/t%ld", id, s->turn); /* words(f"{session_id}/t{turn}", input) */
-    if (key_len < 0 || (size_t)key_len >= sizeof key) {
+    /* words(f"{session_id}/t{turn}", input_tokens) */
+    size_t id_len = strlen(id);
+    char digits[24];
+    int n_digits = 0;
+    for (unsigned long turn = (unsigned long)s->turn; n_digits == 0 || turn; turn /= 10)
+        digits[n_digits++] = (char)('0' + turn % 10);
+    int key_len = (int)id_len + 2 + n_digits;
+    if (id_len + 2 + (size_t)n_digits > sizeof key) {
         PyErr_SetString(PyExc_ValueError, "a session id too long for the compiled batch simulation");
         sim->failed = 1;
         return 0;
     }
+    memcpy(key, id, id_len);
+    key[id_len] = '/';
+    key[id_len + 1] = 't';
+    for (int d = 0; d < n_digits; d++)
+        key[id_len + 2 + d] = digits[n_digits - 1 - d];
     Py_ssize_t n = s->input_tokens;
     uint8_t *bytes = PyMem_Malloc((size_t)(n ? n : 1));
     if (bytes == NULL || append_tokens(sim, s, n) < 0 || random_bytes(key, key_len, n, bytes) < 0) {
@@ -1398,24 +1445,21 @@ static void step_done(Sim *sim, int index)
     e->busy = 0;
     e->has_plan = 0;
     e->clock_s = e->clock_s > sim->now ? e->clock_s : sim->now;
-    /* what the step produced, before any of it is acted on (a finish may send a request to this engine) */
+    /* what the step produced, before any of it is acted on (a finish may send a request to this engine); the
+       scratch is the simulation's: a step's completion never runs inside another's */
     Py_ssize_t n = plan->n_steps ? plan->n_decode : plan->n_prefill + plan->n_decode;
-    Request **done_list = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Request *));
-    char *done = PyMem_Malloc((size_t)(n ? n : 1));
-    double *times = NULL;
     Py_ssize_t count = 0, k = plan->n_steps;
-    if (done_list == NULL || done == NULL) {
-        PyErr_NoMemory();
+    Py_ssize_t cap_done = sim->cap_done; /* done_list's and done's, which grow together */
+    if (GROW(sim->done_list, sim->cap_done, n) < 0 || GROW(sim->done, cap_done, n) < 0 ||
+        GROW(sim->step_times, sim->cap_step_times, k) < 0) {
         sim->failed = 1;
-        goto out;
+        kick(sim, index);
+        return;
     }
+    Request **done_list = sim->done_list;
+    char *done = sim->done;
+    double *times = sim->step_times;
     if (k) { /* fused decode steps: each request's token times at once */
-        times = PyMem_Malloc((size_t)k * sizeof(double));
-        if (times == NULL) {
-            PyErr_NoMemory();
-            sim->failed = 1;
-            goto out;
-        }
         double t = sim->now - plan->duration_s;
         for (Py_ssize_t i = 0; i < k; i++) {
             t += plan->steps[i];
@@ -1464,10 +1508,6 @@ static void step_done(Sim *sim, int index)
                 finish(sim, req);
         }
     }
-out:
-    PyMem_Free(done_list);
-    PyMem_Free(done);
-    PyMem_Free(times);
     kick(sim, index);
 }
 
@@ -1743,6 +1783,9 @@ static void sim_free(Sim *sim)
     PyMem_Free(sim->starts);
     PyMem_Free(sim->times);
     PyMem_Free(sim->orders);
+    PyMem_Free(sim->done_list);
+    PyMem_Free(sim->done);
+    PyMem_Free(sim->step_times);
     Py_XDECREF(sim->sessions);
 }
 
