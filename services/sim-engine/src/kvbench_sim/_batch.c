@@ -37,30 +37,38 @@ static void mt_init_genrand(Twister *t, uint32_t s)
     t->index = MT_N;
 }
 
-static void mt_init_by_array(Twister *t, const uint32_t *key, size_t length)
+static void mt_init_by_array(Twister *t, const uint32_t *restrict key, size_t length)
 {
-    mt_init_genrand(t, 19650218U);
+    static Twister start; /* init_genrand(19650218), the same every time: worked out once */
+    if (start.index != MT_N)
+        mt_init_genrand(&start, 19650218U);
+    *t = start;
+    uint32_t *restrict mt = t->mt;
+    /* each word depends on the one before: carried in a register (``prev``), not read back from memory */
+    uint32_t prev = mt[0];
     size_t i = 1, j = 0;
     for (size_t k = MT_N > length ? MT_N : length; k; k--) {
-        t->mt[i] = (t->mt[i] ^ ((t->mt[i - 1] ^ (t->mt[i - 1] >> 30)) * 1664525U)) + key[j] + (uint32_t)j;
+        prev = (mt[i] ^ ((prev ^ (prev >> 30)) * 1664525U)) + key[j] + (uint32_t)j;
+        mt[i] = prev;
         i++;
         j++;
         if (i >= MT_N) {
-            t->mt[0] = t->mt[MT_N - 1];
+            mt[0] = prev;
             i = 1;
         }
         if (j >= length)
             j = 0;
     }
     for (size_t k = MT_N - 1; k; k--) {
-        t->mt[i] = (t->mt[i] ^ ((t->mt[i - 1] ^ (t->mt[i - 1] >> 30)) * 1566083941U)) - (uint32_t)i;
+        prev = (mt[i] ^ ((prev ^ (prev >> 30)) * 1566083941U)) - (uint32_t)i;
+        mt[i] = prev;
         i++;
         if (i >= MT_N) {
-            t->mt[0] = t->mt[MT_N - 1];
+            mt[0] = prev;
             i = 1;
         }
     }
-    t->mt[0] = 0x80000000U;
+    mt[0] = 0x80000000U;
 }
 
 static inline uint32_t mt_temper(uint32_t y)
