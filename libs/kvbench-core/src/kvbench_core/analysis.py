@@ -67,12 +67,21 @@ class Slo:
     e2e_ms: float | None = None
 
 
-def summarize(values: Sequence[float] | np.ndarray[Any, Any], scale: float = 1.0) -> dict[str, float | None]:
-    arr = np.asarray(values, dtype=float) * scale
+def summarize(
+    values: Sequence[float] | np.ndarray[Any, Any], scale: float = 1.0, *, consume: bool = False
+) -> dict[str, float | None]:
+    """Mean, percentiles and count of ``values`` x ``scale``. ``consume``: ``values`` is the caller's own float array,
+    no longer needed: scaled and reordered in place rather than copied (an hour of 64 simulated engines has 92
+    million chunk gaps, and a fresh 740 MB array cost more in page faults than the arithmetic)."""
+    arr = np.asarray(values, dtype=float)
+    if consume and arr is values:
+        np.multiply(arr, scale, out=arr)
+    else:
+        arr = arr * scale
     if arr.size == 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
     out: dict[str, float | None] = {"mean": float(arr.mean())}  # before the percentiles reorder arr
-    # arr is this function's own array (the product is always new): partitioned in place, not copied once more
+    # arr is this function's own array (a new product, or consumed): partitioned in place, not copied once more
     pct = np.percentile(arr, PERCENTILES, overwrite_input=True)
     out.update({f"p{p}": float(v) for p, v in zip(PERCENTILES, pct, strict=True)})
     out["count"] = float(arr.size)
@@ -144,8 +153,10 @@ def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = N
     slo = slo or Slo()
     c = measured
     window = max(window_s, 1e-9)
-    icl, itl = _gaps(c)
-    itl_ms = summarize(itl, 1e3)
+    icl, itl = _gaps(c)  # new arrays of their own: consumed below, after what reads them unscaled
+    merged_chunk_share = float((icl <= _SAME_READ_S).mean()) if icl.size else None
+    itl_ms = summarize(itl, 1e3, consume=True)
+    icl_ms = itl_ms if icl is itl else summarize(icl, 1e3, consume=True)
     good = _good(c, slo)
     output_tokens = int(c.output_tokens.sum())
     n = len(c)
@@ -156,8 +167,8 @@ def figures(measured: Columns, errors: int, window_s: float, slo: Slo | None = N
         "ttft_ms": summarize(c.ttft_s[~np.isnan(c.ttft_s)], 1e3),
         "tpot_ms": summarize(_tpot_ms(c)),
         "itl_ms": itl_ms,
-        "icl_ms": itl_ms if icl is itl else summarize(icl, 1e3),
-        "merged_chunk_share": float((icl <= _SAME_READ_S).mean()) if icl.size else None,
+        "icl_ms": icl_ms,
+        "merged_chunk_share": merged_chunk_share,
         "e2e_ms": summarize(c.e2e_s[~np.isnan(c.e2e_s)], 1e3),
         "output_tokens_per_s": output_tokens / window,
         "request_rate": n / window,
