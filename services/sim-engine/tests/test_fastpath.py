@@ -166,6 +166,25 @@ def test_a_request_no_engine_can_hold_fails_the_run_with_the_fix(compiled: bool)
         _simulation(case, cluster, compiled).run()
 
 
+def test_an_error_raised_in_a_call_back_to_python_ends_the_compiled_run_with_it() -> None:
+    """The compiled loop calls Python back (progress here; sessions, routing, hashlib, the arrival gaps): what such a
+    call raises (Ctrl-C too) stops the run and reaches the caller as it was raised."""
+    told: list[tuple[float, int]] = []
+
+    def progress(simulated_s: float, finished: int) -> None:
+        told.append((simulated_s, finished))
+        if len(told) == 3:
+            raise KeyboardInterrupt
+
+    case = Case(duration_s=120)  # some 40,000 events: a report every 4,096
+    sim = _simulation(case, _cluster(case), compiled=True)
+    sim._progress, sim._progress_every_s = progress, 0.0
+    with pytest.raises(KeyboardInterrupt):
+        sim.run()
+    assert [t for t, _ in told] == sorted(t for t, _ in told)
+    assert 0 < told[0][1] <= told[1][1] <= told[2][1]  # finished requests so far, flushed or not
+
+
 def test_the_compiled_module_is_built_from_the_sources_beside_it() -> None:
     """The extension is optional (an image without a C compiler runs the Python reference), so a build that fails in
     an editable install leaves the older module beside its sources, running code that is no longer theirs."""
