@@ -28,7 +28,8 @@ class Case:
     routing: str = "session_affinity"
     synthetic: dict[str, Any] = field(default_factory=lambda: HOUR_SHAPE)
     shape: str = "synthetic_sessions"
-    rate: float = 60.0
+    rate: float = 60.0  # requests/s; closed loop: users
+    mode: str = "request_rate"
     duration_s: float = 20.0
     seed: int = 0
     simulation: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +61,15 @@ CASES = {
     "moe_hybrid_blocks": Case(gpu="GB10", model="nvidia/Qwen3.6-35B-A3B-NVFP4", engines=2, rate=8),
     "tensor_parallel": Case(model="Qwen/Qwen3-32B", engine={"tensor_parallel_size": 2}, engines=2, rate=20),
     "odd_block_size_and_seed": Case(engine={"block_size": 7, "max_num_seqs": 8}, seed=7, rate=40),
+    "closed_loop": Case(mode="closed_loop", rate=24, synthetic={**HOUR_SHAPE, "think_time_s": 0.4}),
+    "closed_loop_no_gaps_capped": Case(
+        mode="closed_loop",
+        rate=12,
+        engines=2,
+        synthetic={**HOUR_SHAPE, "think_time_s": 3.0},
+        simulation={"honor_gaps": False, "max_concurrency": 7},
+    ),
+    "closed_loop_one_session_each": Case(mode="closed_loop", rate=30, duration_s=0, routing="round_robin"),
 }
 
 
@@ -70,9 +80,10 @@ def _cluster(case: Case) -> Cluster:
 
 def _simulation(case: Case, cluster: Cluster, compiled: bool, start_s: float = 0.0) -> Simulation:
     traffic = {"shape": case.shape, "synthetic": case.synthetic}
-    source = build_source(traffic, users=1, seed=case.seed)
+    users = int(case.rate) if case.mode == "closed_loop" else 1
+    source = build_source(traffic, users=users, seed=case.seed)
     return Simulation(
-        cluster, source, mode="request_rate", load_level=case.rate, duration_s=case.duration_s, seed=case.seed,
+        cluster, source, mode=case.mode, load_level=case.rate, duration_s=case.duration_s, seed=case.seed,
         start_s=start_s, compiled=compiled, **case.simulation,
     )  # fmt: skip
 
@@ -138,11 +149,11 @@ def test_a_cluster_goes_on_to_its_next_job_the_same_either_way() -> None:
 
 def test_what_the_compiled_simulation_does_not_run_goes_to_python() -> None:
     case = Case(engines=2, rate=20, duration_s=5)
-    closed = Simulation(
+    trace = Simulation(
         _cluster(case), build_source({"shape": "synthetic_sessions", "synthetic": HOUR_SHAPE}, users=2),
-        mode="closed_loop", load_level=2, duration_s=5,
+        mode="trace", load_level=1, duration_s=5,
     )  # fmt: skip
-    assert "closed_loop" in (fastpath.unsupported(closed) or "")
+    assert "arrivals trace" in (fastpath.unsupported(trace) or "")
     tiered = Cluster(
         SimLayout(engine=EngineConfig(tiers=(TierConfig(name="host", capacity_gb=10, bw_gbps=20),)), engines=1),
         "H100", "Qwen/Qwen3-8B",

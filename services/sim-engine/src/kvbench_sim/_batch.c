@@ -1,5 +1,6 @@
 /* The batch simulation (kvbench_sim.batch.Simulation) compiled, for the case that dominates large runs: request-rate
-   arrivals of synthetic multi-turn sessions on engines without KV tiers and without a prefill/decode split.
+   or closed-loop arrivals of synthetic multi-turn sessions on engines without KV tiers and without a prefill/decode
+   split.
 
    It is the Python reference step for step: the same event heap and tie order, the same scheduler (chunked prefill,
    prefix cache, vLLM's preemption order), the same step times and jitter stream, the same fused decode runs, the same
@@ -278,6 +279,7 @@ typedef struct Session {
     int built; /* turn ``turn``'s input is in tokens (SyntheticSession._built) */
     Py_ssize_t prompt_len;
     int route; /* routing fixed per session: the engine; -1 when routed per request */
+    long user; /* closed loop: the user it belongs to */
 } Session;
 
 typedef struct Request {
@@ -339,7 +341,7 @@ typedef struct {
     Plan plan;
 } Engine;
 
-enum { EV_ARRIVAL, EV_STEP, EV_WAKE, EV_READY, EV_INTAKE };
+enum { EV_ARRIVAL, EV_STEP, EV_WAKE, EV_READY, EV_INTAKE, EV_SESSION, EV_SEND };
 
 typedef struct {
     double at;
@@ -360,6 +362,9 @@ typedef struct {
     double now, t0, deadline;
     unsigned long long seed;
     int routing, honor_gaps;
+    int closed_loop, one_session_each; /* closed loop: each user one session (no duration, an endless source) */
+    long *users;                       /* closed loop: the source's users */
+    Py_ssize_t n_users;
     Py_ssize_t rr_next, max_concurrency, in_flight, pending;
     int64_t next_number;
     Session **ready; /* a ring */
@@ -1288,18 +1293,39 @@ static void ready_push(Sim *sim, Session *s)
         sim->failed = 1;
 }
 
-/* Simulation._next_turn after a response (request-rate: the session waits for an arrival to carry its turn) */
-static void after_turn(Sim *sim, Session *s)
+/* Simulation._next_turn: request rate, the session waits for an arrival to carry its turn; closed loop, it sends
+   the turn after its gap, and a finished session's user begins another */
+static void after_turn(Sim *sim, Session *s, int first)
 {
     if (!next_turn(sim, s)) {
+        long user = s->user;
         session_free(s);
+        if (sim->closed_loop && !sim->one_session_each)
+            push(sim, sim->now, EV_SESSION, (int)user, 0, NULL);
         return;
     }
-    double gap = sim->honor_gaps && s->turn > 0 ? s->think_s : 0.0;
-    if (gap <= 0)
+    double gap = !first && sim->honor_gaps && s->turn > 0 ? s->think_s : 0.0;
+    if (sim->closed_loop) {
+        if (sim->now + gap >= sim->deadline)
+            session_free(s); /* the user is done */
+        else
+            push(sim, sim->now + gap, EV_SEND, 0, 0, s);
+    } else if (gap <= 0)
         ready_push(sim, s);
     else
         push(sim, sim->now + gap, EV_READY, 0, 0, s);
+}
+
+/* Simulation._begin_session: closed loop, a user's next session */
+static void begin_session(Sim *sim, long user)
+{
+    if (sim->now >= sim->deadline)
+        return;
+    Session *s = session_open(sim, user);
+    if (s == NULL)
+        return;
+    s->user = user;
+    after_turn(sim, s, 1);
 }
 
 static void finish(Sim *sim, Request *req)
@@ -1315,7 +1341,7 @@ static void finish(Sim *sim, Request *req)
         Session *next = ring_pop_front((void **)sim->queued, &sim->queued_head, &sim->n_queued, sim->cap_queued);
         send(sim, next);
     }
-    after_turn(sim, s);
+    after_turn(sim, s, 0);
 }
 
 /* Simulation._cut_short: a request reached an engine in the middle of fused decode steps */
@@ -1574,7 +1600,11 @@ static void report_progress(Sim *sim)
 
 static void run_loop(Sim *sim)
 {
-    push(sim, sim->t0 + next_gap(sim), EV_ARRIVAL, 0, 0, NULL);
+    if (sim->closed_loop)
+        for (Py_ssize_t i = 0; i < sim->n_users; i++)
+            push(sim, sim->t0, EV_SESSION, (int)sim->users[i], 0, NULL);
+    else
+        push(sim, sim->t0 + next_gap(sim), EV_ARRIVAL, 0, 0, NULL);
     unsigned long long events = 0;
     while (sim->n_heap && !sim->failed) {
         Event event = pop(sim);
@@ -1611,6 +1641,12 @@ static void run_loop(Sim *sim)
             break;
         case EV_INTAKE:
             intake(sim, event.item);
+            break;
+        case EV_SESSION:
+            begin_session(sim, event.index);
+            break;
+        case EV_SEND:
+            send(sim, event.item);
             break;
         }
     }
@@ -1762,7 +1798,7 @@ static void sim_free(Sim *sim)
     PyMem_Free(sim->engines);
     /* whatever a failed run left: requests in flight (their sessions with them), waiting sessions */
     for (Py_ssize_t i = 0; i < sim->n_heap; i++) {
-        if (sim->heap[i].kind == EV_READY)
+        if (sim->heap[i].kind == EV_READY || sim->heap[i].kind == EV_SEND)
             session_free(sim->heap[i].item);
         else if (sim->heap[i].kind == EV_INTAKE)
             request_free(sim->heap[i].item);
@@ -1791,6 +1827,7 @@ static void sim_free(Sim *sim)
     PyMem_Free(sim->starts);
     PyMem_Free(sim->times);
     PyMem_Free(sim->orders);
+    PyMem_Free(sim->users);
     PyMem_Free(sim->done_list);
     PyMem_Free(sim->done);
     PyMem_Free(sim->step_times);
@@ -1840,6 +1877,8 @@ PyObject *batch_run(PyObject *module, PyObject *args)
     sim->deadline = get_double(spec, "deadline", &failed);
     sim->routing = (int)get_long(spec, "routing", &failed);
     sim->honor_gaps = (int)get_long(spec, "honor_gaps", &failed);
+    sim->closed_loop = (int)get_long(spec, "closed_loop", &failed);
+    sim->one_session_each = (int)get_long(spec, "one_session_each", &failed);
     sim->rr_next = get_long(spec, "rr_next", &failed);
     sim->max_concurrency = get_long(spec, "max_concurrency", &failed);
     sim->next_number = get_long(spec, "next_number", &failed);
@@ -1867,6 +1906,21 @@ PyObject *batch_run(PyObject *module, PyObject *args)
         if (*slots[i] == NULL)
             goto done;
         Py_DECREF(*slots[i]);
+    }
+    PyObject *users = PyObject_GetAttrString(spec, "users");
+    PyObject *users_fast = users ? PySequence_Fast(users, "users must be a sequence") : NULL;
+    Py_XDECREF(users);
+    if (users_fast == NULL)
+        goto done;
+    sim->n_users = PySequence_Fast_GET_SIZE(users_fast);
+    sim->users = PyMem_Malloc((size_t)(sim->n_users ? sim->n_users : 1) * sizeof(long));
+    for (Py_ssize_t i = 0; sim->users && i < sim->n_users; i++)
+        sim->users[i] = PyLong_AsLong(PySequence_Fast_GET_ITEM(users_fast, i));
+    Py_DECREF(users_fast);
+    if (sim->users == NULL || PyErr_Occurred()) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
     }
     if (!PyList_Check(sim->words)) {
         PyErr_SetString(PyExc_TypeError, "words must be a list");

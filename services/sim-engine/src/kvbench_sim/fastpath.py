@@ -46,8 +46,8 @@ def unsupported(sim: Simulation) -> str | None:
     engines = cluster.engines
     if blocks.COMPILED_POOL is None:
         return "no compiled block pool (the install found no C compiler)"
-    if sim.mode != "request_rate":
-        return f"arrivals {sim.mode} (compiled: request_rate)"
+    if sim.mode not in ("request_rate", "closed_loop"):
+        return f"arrivals {sim.mode} (compiled: request_rate and closed_loop)"
     if SHAPE_BUILDERS.get(source.shape) is not synthetic_source or source.measure_phases:
         return f"traffic shape {source.shape} (compiled: the synthetic sessions)"
     if cluster.prefill:
@@ -203,6 +203,9 @@ class _NativeRun:
     seed: int
     routing: int
     honor_gaps: int
+    closed_loop: int
+    one_session_each: int  # closed loop with no duration and an endless source: each user one session
+    users: list[int]  # closed loop: the source's users
     rr_next: int
     max_concurrency: int
     next_number: int
@@ -241,6 +244,9 @@ def run(sim: Simulation) -> tuple[int, int]:
         seed=sim.seed,
         routing=_ROUTING.get(cluster.routing, 0),
         honor_gaps=int(sim.honor_gaps),
+        closed_loop=int(sim.mode == "closed_loop"),
+        one_session_each=int(sim.duration_s <= 0 and not sim.source.finite),
+        users=list(sim.source.users),
         rr_next=cluster.rr_next,
         max_concurrency=sim.max_concurrency or 0,
         next_number=0,
