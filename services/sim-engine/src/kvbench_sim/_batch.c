@@ -381,7 +381,7 @@ typedef struct {
     int32_t byte_word[256];
     int32_t *value_word; /* a reply's 16-bit value -> its word */
     int64_t **prefix_hashes; /* per prefix index: its full blocks' hashes (NULL until first used) */
-    Py_ssize_t *prefix_n, n_prefixes;
+    Py_ssize_t n_prefixes;
     int hashing;
     Py_ssize_t block_size;
     /* finished requests not yet handed to flush */
@@ -496,25 +496,14 @@ static void *ring_pop_front(void **items, Py_ssize_t *head, Py_ssize_t *count, P
 /* ---- words: the table's hashes and texts --------------------------------------------------------------------- */
 static int refresh_words(Sim *sim)
 {
-    Py_ssize_t n = PyList_GET_SIZE(sim->words);
-    if (n == sim->n_words)
+    Py_ssize_t n = PyList_GET_SIZE(sim->words), first_new = sim->n_words;
+    if (n == first_new)
         return 0;
-    if (GROW(sim->lanes, sim->cap_words, n) < 0)
+    Py_ssize_t cap_text = sim->cap_words, cap_len = sim->cap_words; /* the three columns grow together */
+    if (GROW(sim->lanes, sim->cap_words, n) < 0 || GROW(sim->text, cap_text, n) < 0 ||
+        GROW(sim->text_len, cap_len, n) < 0)
         return -1;
-    Py_ssize_t cap = sim->n_words;
-    void *text = PyMem_Realloc((void *)sim->text, (size_t)sim->cap_words * sizeof(char *));
-    void *text_len = PyMem_Realloc(sim->text_len, (size_t)sim->cap_words * sizeof(Py_ssize_t));
-    if (text == NULL || text_len == NULL) {
-        if (text)
-            sim->text = text;
-        if (text_len)
-            sim->text_len = text_len;
-        PyErr_NoMemory();
-        return -1;
-    }
-    sim->text = text;
-    sim->text_len = text_len;
-    for (Py_ssize_t i = cap; i < n; i++) {
+    for (Py_ssize_t i = first_new; i < n; i++) {
         PyObject *word = PyList_GET_ITEM(sim->words, i); /* the list holds it for the run */
         if (!PyUnicode_Check(word)) {
             PyErr_SetString(PyExc_TypeError, "the word table holds a non-string");
@@ -662,27 +651,12 @@ static Session *session_open(Sim *sim, long long opened)
     memcpy(s->tokens, raw, (size_t)n * sizeof(int32_t));
     s->n_tokens = n;
     if (sim->hashing) { /* a prefix's whole blocks hash the same in every session: worked out once */
-        if (index >= sim->n_prefixes) {
-            Py_ssize_t grown = index + 1;
-            void *h = PyMem_Realloc(sim->prefix_hashes, (size_t)grown * sizeof(int64_t *));
-            if (h == NULL) {
-                PyErr_NoMemory();
+        Py_ssize_t blocks = n / sim->block_size, known = sim->n_prefixes;
+        if (index >= known) {
+            if (GROW(sim->prefix_hashes, sim->n_prefixes, index + 1) < 0)
                 goto fail;
-            }
-            sim->prefix_hashes = h;
-            void *c = PyMem_Realloc(sim->prefix_n, (size_t)grown * sizeof(Py_ssize_t));
-            if (c == NULL) {
-                PyErr_NoMemory();
-                goto fail;
-            }
-            sim->prefix_n = c;
-            for (Py_ssize_t k = sim->n_prefixes; k < grown; k++) {
-                sim->prefix_hashes[k] = NULL;
-                sim->prefix_n[k] = 0;
-            }
-            sim->n_prefixes = grown;
+            memset(sim->prefix_hashes + known, 0, (size_t)(sim->n_prefixes - known) * sizeof(int64_t *));
         }
-        Py_ssize_t blocks = n / sim->block_size;
         if (sim->prefix_hashes[index] == NULL) {
             hash_blocks(sim, s, blocks);
             sim->prefix_hashes[index] = PyMem_Malloc((size_t)(blocks ? blocks : 1) * sizeof(int64_t));
@@ -690,12 +664,8 @@ static Session *session_open(Sim *sim, long long opened)
                 PyErr_NoMemory();
                 goto fail;
             }
-            if (blocks)
-                memcpy(sim->prefix_hashes[index], s->hashes, (size_t)blocks * sizeof(int64_t));
-            sim->prefix_n[index] = blocks;
-        } else if (blocks) {
-            if (GROW(s->hashes, s->cap_hashes, blocks) < 0)
-                goto fail;
+            memcpy(sim->prefix_hashes[index], s->hashes, (size_t)blocks * sizeof(int64_t));
+        } else { /* the session's hashes have room for the whole conversation already */
             memcpy(s->hashes, sim->prefix_hashes[index], (size_t)blocks * sizeof(int64_t));
             s->n_hashes = blocks;
         }
@@ -1817,7 +1787,6 @@ static void sim_free(Sim *sim)
     for (Py_ssize_t k = 0; k < sim->n_prefixes; k++)
         PyMem_Free(sim->prefix_hashes[k]);
     PyMem_Free(sim->prefix_hashes);
-    PyMem_Free(sim->prefix_n);
     PyMem_Free(sim->numbers);
     PyMem_Free(sim->turns);
     PyMem_Free(sim->prompts);

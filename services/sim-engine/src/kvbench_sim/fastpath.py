@@ -2,8 +2,8 @@
 
 An hour of 64 simulated engines at 400 requests/s is 1.4 million requests; in Python each cost about 200 us (its
 session's words and hashes, the event heap, the engines' scheduler and step timer). The compiled simulation runs the
-case such runs are made of (request-rate arrivals of synthetic multi-turn sessions, engines without KV tiers and
-without a prefill/decode split, every engine with the compiled block pool) step for step as
+case such runs are made of (request-rate or closed-loop arrivals of synthetic multi-turn sessions, engines without KV
+tiers and without a prefill/decode split, every engine with the compiled block pool) step for step as
 ``Simulation._run`` does, with the same words, hashes, jitter and tie order, so its records are the reference's bit for
 bit (``tests/test_fastpath.py`` runs both on the same workloads and compares every record). Everything else, and any
 simulation made with ``compiled=False``, runs in Python.
