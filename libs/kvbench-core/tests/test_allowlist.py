@@ -45,3 +45,13 @@ def test_tier_directories_are_confined_once_the_operator_names_them() -> None:
     assert "/srv/kv/lmcache is outside the directories the machine lets a plan write (/mnt/nvme)" in refused.message
     assert refusals({}, Sizing(**{**tier, "disk_tier_path": "/mnt/nvme/lmcache"}), nvme) == []
     assert refusals({}, Sizing(**{**tier, "disk_tier_path": "/mnt/nvme-other/x"}), nvme)
+
+
+def test_engine_variables_only_as_the_operator_allows() -> None:
+    (refused,) = refusals({}, Sizing(), NONE, {"VLLM_USE_FLASHINFER_SAMPLER": "0"})
+    assert refused.field == "engine.env.VLLM_USE_FLASHINFER_SAMPLER"
+    assert "KVBENCH_NODE_AGENT_ALLOWED_ENV" in refused.fix
+    vllm_only = MachinePolicy(allowed_env=["VLLM_*"])
+    assert refusals({}, Sizing(), vllm_only, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}) == []
+    (other,) = refusals({}, Sizing(), vllm_only, {"VLLM_X": "1", "NCCL_DEBUG": "INFO"})
+    assert other.field == "engine.env.NCCL_DEBUG"

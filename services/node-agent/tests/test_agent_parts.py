@@ -235,20 +235,43 @@ def test_preflight_names_the_machine_and_the_fix(tmp_path: Path) -> None:
     assert check_model("gpu-a", "Qwen/Qwen3-8B", has_token=False) == []
 
 
-def test_preflight_wants_the_model_downloaded_before_anything_starts(
+def test_the_model_is_found_on_the_machine_before_anything_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvbench_node_agent.preflight import check_model_present  # noqa: PLC0415
+    from kvbench_node_agent.models import ModelLocation, resolve_model  # noqa: PLC0415
+    from kvbench_node_agent.preflight import PreflightIssue  # noqa: PLC0415
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    missing = check_model_present("gpu-a", "Qwen/Qwen3-8B")
-    assert missing[0].check == "model"
-    assert "huggingface-cli download Qwen/Qwen3-8B" in str(missing[0])
+    missing = resolve_model("gpu-a", "Qwen/Qwen3-8B", {}, None)
+    assert isinstance(missing, PreflightIssue)
+    assert missing.check == "model"
+    assert missing.machine == "gpu-a"
+    assert "huggingface-cli download Qwen/Qwen3-8B" in str(missing)
     snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "abc123"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
-    assert check_model_present("gpu-a", "Qwen/Qwen3-8B") == []
-    assert check_model_present("gpu-a", str(tmp_path)) == []  # a local model directory
+    (snapshot / "tokenizer.json").write_text("{}")
+    # a config and a tokenizer without weights: enough only for random weights
+    assert isinstance(resolve_model("gpu-a", "Qwen/Qwen3-8B", {}, None), PreflightIssue)
+    found = resolve_model("gpu-a", "Qwen/Qwen3-8B", {"load_format": "dummy"}, None)
+    assert found == ModelLocation(None, f"the Hugging Face cache: {snapshot}")  # the engine finds the id itself
+    (snapshot / "model.safetensors").write_bytes(b"")
+    assert isinstance(resolve_model("gpu-a", "Qwen/Qwen3-8B", {}, None), ModelLocation)
+    # the operator's model folder comes first, and the engine then loads that folder
+    local = tmp_path / "models" / "Qwen" / "Qwen3-8B"
+    local.mkdir(parents=True)
+    (local / "config.json").write_text("{}")
+    lacking = resolve_model("gpu-a", "Qwen/Qwen3-8B", {"load_format": "dummy"}, str(tmp_path / "models"))
+    assert isinstance(lacking, PreflightIssue)
+    assert "lacks a tokenizer" in lacking.message
+    (local / "tokenizer.json").write_text("{}")
+    dummy = resolve_model("gpu-a", "Qwen/Qwen3-8B", {"load_format": "dummy"}, str(tmp_path / "models"))
+    assert isinstance(dummy, ModelLocation)
+    assert dummy.path == str(local)
+    # a plan's own absolute folder
+    assert resolve_model("gpu-a", str(local), {"load_format": "dummy"}, None) == ModelLocation(
+        str(local), f"the plan's local folder: {local}"
+    )
 
 
 def test_preflight_port_in_use() -> None:

@@ -45,6 +45,11 @@ class StartStack(Envelope):
     routing: str = Field("round_robin", description="Routing policy, for stacks that bring a router")
     pool: list[PoolMachine] = Field(default_factory=list, description="Every machine of the pool, in order")
     hf_token_secret: str | None = Field(None, description="Name of the stored secret with the HF token")
+    open_reset_route: bool = Field(
+        False,
+        description="The engines serve their development-only route that empties the prefix cache (vLLM: "
+        "VLLM_SERVER_DEV_MODE=1): the acceptance test's reset step needs it, nothing else",
+    )
     hf_token_sealed: str | None = Field(
         None,
         description="That token sealed to this machine's agent (its public key from its inventory): only that agent "

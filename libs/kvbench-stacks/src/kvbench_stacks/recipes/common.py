@@ -75,6 +75,18 @@ def gpu_env(ctx: RenderContext, slot: EngineSlot) -> dict[str, str]:
     return env
 
 
+def engine_env(ctx: RenderContext, slot: EngineSlot) -> dict[str, str]:
+    """An engine's environment: the plan's variables (as the operators allow them), under kvbench's own."""
+    return {**ctx.engine.env, **gpu_env(ctx, slot)}
+
+
+def served_name(ctx: RenderContext) -> list[str]:
+    """``--served-model-name`` when the engine loads a local folder: clients keep asking for the plan's model id."""
+    if ctx.model_path is None or "served_model_name" in ctx.engine.args:
+        return []
+    return ["--served-model-name", ctx.model]
+
+
 def image_for(ctx: RenderContext, default: str) -> str:
     return str(ctx.engine.args.get("image") or default)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from kvbench_stacks.recipes.common import EngineSlot, gpu_env, image_for, role_of, user_args
+from kvbench_stacks.recipes.common import EngineSlot, engine_env, image_for, role_of, served_name, user_args
 from kvbench_stacks.recipes.images import image_version, sglang_image, trtllm_image, vllm_image
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
@@ -24,7 +24,8 @@ def vllm(
     argv = [
         "vllm",
         "serve",
-        ctx.model,
+        ctx.model_source,
+        *served_name(ctx),
         "--host",
         "0.0.0.0",
         "--port",
@@ -40,7 +41,9 @@ def vllm(
         name=f"engine-{slot.index}",
         role=role_of(slot),
         argv=argv,
-        env={**gpu_env(ctx, slot), **(env or {})},
+        # VLLM_SERVER_DEV_MODE opens vLLM's development routes (/reset_prefix_cache among them; api_server.py serves
+        # them only with it): set only where the acceptance test's reset step needs it, and the review says so
+        env={**engine_env(ctx, slot), **(env or {}), **({"VLLM_SERVER_DEV_MODE": "1"} if ctx.open_reset_route else {})},
         files=files or {},
         ports={"http": slot.port},
         health=("http", slot.port, "/health"),
@@ -59,7 +62,8 @@ def sglang(ctx: RenderContext, slot: EngineSlot, extra: list[str], env: dict[str
         "-m",
         "sglang.launch_server",
         "--model-path",
-        ctx.model,
+        ctx.model_source,
+        *served_name(ctx),
         "--host",
         "0.0.0.0",
         "--port",
@@ -78,7 +82,7 @@ def sglang(ctx: RenderContext, slot: EngineSlot, extra: list[str], env: dict[str
         name=f"engine-{slot.index}",
         role=role_of(slot),
         argv=argv,
-        env={**gpu_env(ctx, slot), **(env or {})},
+        env={**engine_env(ctx, slot), **(env or {})},
         ports=ports,
         health=("http", slot.port, "/health"),
         metrics=(slot.port, "/metrics"),
@@ -125,7 +129,7 @@ def trtllm(ctx: RenderContext, slot: EngineSlot, config: dict[str, Any]) -> Proc
         name=name,
         role=role_of(slot),
         argv=argv,
-        env=gpu_env(ctx, slot),
+        env=engine_env(ctx, slot),
         files={f"{name}.yml": yaml.safe_dump(base, sort_keys=False)},
         ports={"http": slot.port},
         health=("http", slot.port, "/health"),

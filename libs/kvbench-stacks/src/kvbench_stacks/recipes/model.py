@@ -43,6 +43,7 @@ class EngineSettings(BaseModel):
     version: str | None = None
     tensor_parallel_size: int = 1
     args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)  # the plan's engine.env, as the machines' operators allow it
     cache_server_args: dict[str, Any] = Field(default_factory=dict)  # the LMCache server's, after kvbench's own
 
 
@@ -57,13 +58,29 @@ class RenderContext(BaseModel):
     network: dict[str, Any] = Field(default_factory=dict)
     machines: list[PoolMachine] = Field(min_length=1)
     routing: str = "round_robin"
+    open_reset_route: bool = Field(
+        False, description="Engines serve their development-only prefix-cache reset (the acceptance test's reset step)"
+    )
+    model_path: str | None = Field(
+        None,
+        description="Where the machine holds the model (a local folder the agent resolved), served under `model`; "
+        "None: the engine resolves `model` itself",
+    )
+
+    @property
+    def model_source(self) -> str:
+        """What the engine loads: the machine's own folder, else the model's id."""
+        return self.model_path or self.model
 
     @classmethod
     def for_pool(cls, stack: str, model: str, engine: EngineSpec, kv_tier: str, sizing: Sizing, network: NetworkSpec,
-                 machines: list[PoolMachine], routing: str) -> RenderContext:  # fmt: skip
+                 machines: list[PoolMachine], routing: str, open_reset_route: bool = False,
+                 model_path: str | None = None) -> RenderContext:  # fmt: skip
         """The context of a workload's pool from the plan's own models (what the planner reviews and an agent
         starts alike)."""
         return cls(
+            open_reset_route=open_reset_route,
+            model_path=model_path,
             stack=stack,
             model=model,
             engine=EngineSettings.model_validate(engine.model_dump()),

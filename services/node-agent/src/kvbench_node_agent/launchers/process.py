@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import functools
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Collection
 from pathlib import Path
+
+import aiohttp
 
 from kvbench_contracts.events import EngineEndpoint
 from kvbench_core.procs import spawn
@@ -151,6 +154,12 @@ class ProcessLauncher:
                     block = read_block_size(log_path)
                     if block:
                         deployment.facts[f"{spec.name}.attention_block_size"] = block
+                    # what was tested, as it ran: the command line as started (secrets travel in the environment,
+                    # never on it) and the version the engine itself reports
+                    deployment.facts[f"{spec.name}.command"] = shlex.join(materialize(spec, run_dir)[0])
+                    version = await engine_version(f"http://127.0.0.1:{spec.health[1]}")
+                    if version:
+                        deployment.facts[f"{spec.name}.version"] = version
                 if spec.metrics and not spec.serves_requests and spec.role in ("lmcache", "master", "store"):
                     deployment.scrape_only.append((spec.name, f"http://127.0.0.1:{spec.metrics[0]}{spec.metrics[1]}"))
                 if spec.serves_requests or spec.role in ("engine", "prefill", "decode"):
@@ -194,6 +203,23 @@ class ProcessLauncher:
 
     async def stop(self, deployment: Deployment) -> None:
         await asyncio.to_thread(deployment.stop)
+
+
+async def engine_version(base_url: str) -> str | None:
+    """The version an engine reports: vLLM's and TensorRT-LLM's ``GET /version`` ({"version": "0.25.1"}), SGLang's
+    ``GET /get_server_info`` ("version"); None when it says none."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        for path in ("/version", "/get_server_info"):
+            try:
+                async with session.get(base_url + path) as response:
+                    if response.status != 200:
+                        continue
+                    body = await response.json(content_type=None)
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                continue
+            if isinstance(body, dict) and isinstance(body.get("version"), str):
+                return str(body["version"])
+    return None
 
 
 async def wait_tcp(port: int, process: ManagedProcess, timeout_s: float) -> None:
