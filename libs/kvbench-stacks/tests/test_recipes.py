@@ -470,3 +470,27 @@ def test_vllm_router_runs_from_its_own_image_at_the_release_the_conformance_suit
         f"vllm/vllm-openai-rocm:v{vllm}",
         f"lmsysorg/sglang:v{newest_checked('sglang')}",  # a Mooncake master beside the engines
     }
+
+
+def test_what_a_real_run_needs_comes_from_the_plan_and_the_agent() -> None:
+    """The agent's local model folder is served under the plan's id; the plan's engine variables go under kvbench's
+    own; vLLM's development reset route is opened only for the acceptance test."""
+    base = context("vllm-prefix-gpu").model_copy(
+        update={
+            "engine": EngineSettings(name="vllm", env={"VLLM_USE_FLASHINFER_SAMPLER": "0", "CUDA_VISIBLE_DEVICES": "7"})
+        }  # fmt: skip
+    )
+    (engine, *_) = render(base)["gpu-a"]
+    assert engine.argv[2] == "Qwen/Qwen3-8B" and "--served-model-name" not in engine.argv
+    assert engine.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert engine.env["CUDA_VISIBLE_DEVICES"] == "0"  # kvbench's GPU assignment wins over anything given
+    assert "VLLM_SERVER_DEV_MODE" not in engine.env
+    local = base.model_copy(update={"model_path": "/models/Qwen/Qwen3-8B", "open_reset_route": True})
+    (engine, *_) = render(local)["gpu-a"]
+    assert engine.argv[2] == "/models/Qwen/Qwen3-8B"
+    assert engine.argv[engine.argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
+    assert engine.env["VLLM_SERVER_DEV_MODE"] == "1"
+    sglang = context("sglang-radix").model_copy(update={"model_path": "/models/Qwen/Qwen3-8B"})
+    (engine, *_) = render(sglang)["gpu-a"]
+    assert engine.argv[engine.argv.index("--model-path") + 1] == "/models/Qwen/Qwen3-8B"
+    assert engine.argv[engine.argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"

@@ -53,11 +53,19 @@ def _value(job: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
     return float(value) if isinstance(value, int | float) and not math.isnan(value) else None
 
 
+# pairs below which no interval is stated: with two, Student's t has one degree of freedom and its 95% interval spans
+# orders of magnitude (0.00-152,676,502x was printed), which says nothing; the report calls such results preliminary
+MIN_PAIRS_FOR_INTERVAL = 3
+
+
 def _geometric_interval(ratios: list[float | None]) -> dict[str, Any]:
-    """Geometric mean of the ratios and the exponentiated Student-t 95% interval of their logarithms."""
+    """Geometric mean of the ratios and the exponentiated Student-t 95% interval of their logarithms (from three
+    pairs on)."""
     logs = repeat_interval([math.log(r) if r is not None else None for r in ratios])
     if logs["mean"] is None:
         return logs
+    if logs["n"] < MIN_PAIRS_FOR_INTERVAL:
+        logs = {**logs, "ci95": None}
     return {
         "n": logs["n"],
         "mean": math.exp(logs["mean"]),

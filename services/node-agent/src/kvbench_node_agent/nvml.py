@@ -27,7 +27,7 @@ class NvmlGpu:
 def _session() -> Iterator[Any]:
     """The bindings, initialised; raises RuntimeError where NVML cannot be used here."""
     try:
-        import pynvml  # noqa: PLC0415 (only on machines with NVIDIA GPUs)
+        import pynvml  # type: ignore[import-untyped]  # noqa: PLC0415 (only on machines with NVIDIA GPUs)
     except ImportError as exc:
         raise RuntimeError("nvidia-ml-py is not installed") from exc
     with _lock:
@@ -52,7 +52,7 @@ def gpus() -> list[NvmlGpu] | None:
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 out.append(NvmlGpu(index, name.decode() if isinstance(name, bytes) else str(name), memory.total / _MIB))
             return out
-    except (RuntimeError, Exception):  # noqa: BLE001 (any NVML error means: read it another way)
+    except (RuntimeError, Exception):
         return None
 
 
@@ -72,5 +72,5 @@ def samples() -> list[dict[str, float]] | None:
                     }
                 )
             return out
-    except (RuntimeError, Exception):  # noqa: BLE001
+    except (RuntimeError, Exception):
         return None

@@ -291,7 +291,8 @@ def render_html(report: dict[str, Any]) -> str:
         )
         ec = w.get("engine_counters")
         engine_line = (
-            f"<p>Engine counters over the measured windows ({_fmt(ec.get('engines'), 0)} engine samples sets): "
+            f"<p>Engine counters over the measured windows ({_fmt(ec.get('engines'), 0)} engine(s), "
+            f"{_fmt(ec.get('jobs_with_counters'), 0)} job(s)): "
             f"prompt tokens {_fmt(ec.get('prompt_tokens'), 0)}, GPU prefix hits {_fmt(ec.get('prompt_tokens_gpu'), 0)},"
             f" recomputed {_fmt(ec.get('prompt_tokens_recomputed'), 0)}. Per-request usage says "
             f"{_fmt(w['cached_prompt_tokens'])} of {_fmt(w['prompt_tokens'])} prompt tokens were cached.</p>"

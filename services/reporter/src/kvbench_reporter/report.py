@@ -756,6 +756,9 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                     for key in ("gpu_power_w_mean", "gpu_utilization_pct_mean", "kv_usage_max"):
                         if deltas.get(key) is not None:
                             total[key] = max(total.get(key, 0.0), deltas[key])
+                    # engines whose counters were read over a job: the most any of the workload's jobs had
+                    total["engines"] = max(total.get("engines", 0.0), float(deltas.get("engines") or 0))
+                    total["jobs_with_counters"] = total.get("jobs_with_counters", 0.0) + 1
         per_workload[name].append(entry)
 
     workloads_out: list[dict[str, Any]] = []

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -131,8 +133,10 @@ def cmd_accept(args: argparse.Namespace) -> int:
     endpoints = resolve_endpoints(Path(args.state_dir), args.api, args.report_api)
     plan_text = Path(args.plan).read_text()
     params = {"workload": args.workload} if args.workload else None
-    run_id, status = submit_and_wait(endpoints, plan_text, wait=True, path="/v1/accept", params=params)
-    report = fetch_report(endpoints, run_id)
+    # with --json, standard output carries the JSON alone: the progress goes to standard error
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        run_id, status = submit_and_wait(endpoints, plan_text, wait=True, path="/v1/accept", params=params)
+        report = fetch_report(endpoints, run_id)
     accepted = next((w["acceptance"] for w in report.get("workloads", []) if w.get("acceptance")), None)
     if args.json:
         print(json.dumps({"run_id": run_id, "status": (status or {}).get("status"), "acceptance": accepted}, indent=2))
