@@ -478,10 +478,11 @@ def test_what_a_real_run_needs_comes_from_the_plan_and_the_agent() -> None:
     base = context("vllm-prefix-gpu").model_copy(
         update={
             "engine": EngineSettings(name="vllm", env={"VLLM_USE_FLASHINFER_SAMPLER": "0", "CUDA_VISIBLE_DEVICES": "7"})
-        }  # fmt: skip
+        }
     )
     (engine, *_) = render(base)["gpu-a"]
-    assert engine.argv[2] == "Qwen/Qwen3-8B" and "--served-model-name" not in engine.argv
+    assert engine.argv[2] == "Qwen/Qwen3-8B"
+    assert "--served-model-name" not in engine.argv
     assert engine.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
     assert engine.env["CUDA_VISIBLE_DEVICES"] == "0"  # kvbench's GPU assignment wins over anything given
     assert "VLLM_SERVER_DEV_MODE" not in engine.env
