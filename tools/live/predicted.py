@@ -101,14 +101,19 @@ def main() -> None:
     args = parser.parse_args()
     rows = compare(json.loads(args.report.read_text()), simulate(args.plan, args.gpu, args.host_memory_gb))
     if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
+
+    def ms(value: float | None) -> str:
+        return f"{value:,.1f}" if value is not None else "-"
+
+    lines = [f"{'workload':<14} {'figure':<12} {'measured':>10} {'predicted':>10} {'error':>8}"]
     for row in rows:
-
-        def ms(value: float | None) -> str:
-            return f"{value:,.1f}" if value is not None else "-"
-
-        f"{row['error']:+.0%}" if row["error"] is not None else "-"
-        f"  more than 15% off: {row['cost']}" if row["off"] else ""
+        error = f"{row['error']:+.0%}" if row["error"] is not None else "-"
+        flag = f"  more than 15% off: {row['cost']}" if row["off"] else ""
+        lines.append(f"{row['workload']:<14} {row['figure']:<12} {ms(row['measured']):>10} "
+                     f"{ms(row['predicted']):>10} {error:>8}{flag}")  # fmt: skip
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
