@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -107,6 +108,25 @@ async def test_bad_input_names_the_field_and_writes_nothing(mock_url: str, tmp_p
     )  # fmt: skip
     assert code == 2
     assert "traffic.trace.path" in err
+    code, _, err = await _kvbench(
+        "load", "--endpoint", mock_url, "--model", "m", "--shape", "synthetic_sessions", "--records", str(records)
+    )  # neither --users nor --rate: said, not a traceback
+    assert code == 2
+    assert "--users N" in err
+    assert "Traceback" not in err
+    assert not records.exists()
+
+
+async def test_a_load_whose_every_request_failed_exits_non_zero_with_the_reason(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, _, err = await _kvbench(
+        "load", "--endpoint", f"http://127.0.0.1:{port}", "--model", "m", "--shape", "synthetic_sessions",
+        "--users", "1", "--duration-s", "1", "--records", str(tmp_path / "r.jsonl"),
+    )  # fmt: skip
+    assert code == 1
+    assert f"requests to http://127.0.0.1:{port} failed" in err
 
 
 @pytest.mark.skipif(not MOONCAKE.exists(), reason="needs ../shared/data/traces")

@@ -417,6 +417,15 @@ def cmd_load(args: argparse.Namespace) -> int:
             where = ".".join(str(p) for p in error["loc"])
             sys.stderr.write(f"error: traffic.{where}: {error['msg']}\n")
         return 2
+    arrivals = traffic.get("arrivals") or {}
+    if (arrivals.get("mode") == "closed_loop" and not arrivals.get("users")) or (
+        arrivals.get("mode") == "request_rate" and not arrivals.get("rates")
+    ):
+        sys.stderr.write(
+            "error: no load given: pass --users N (closed loop) or --rate R (requests/s), or arrivals with users or "
+            "rates in --traffic\n"
+        )
+        return 2
     if not args.engine_speed > 0:
         sys.stderr.write("error: --engine-speed: must be above 0 (1 for real engines; a sim engine's --speed)\n")
         return 2
@@ -437,6 +446,8 @@ def cmd_load(args: argparse.Namespace) -> int:
                 outcome = _Outcome(result, source.tokenizer, list(source.notes), written, client)
     except (ValueError, FileNotFoundError) as exc:
         sys.stderr.write(f"error: {exc}\n")
+        if path.exists() and path.stat().st_size == 0:
+            path.unlink()  # bad input changes nothing: no empty records file left behind
         return 2
     result, written, client = outcome.result, outcome.written, outcome.client
     records = [RequestRecord.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
@@ -471,6 +482,18 @@ def cmd_load(args: argparse.Namespace) -> int:
         sys.stdout.write(f"records: {written:,} in {path} · tokenizer: {outcome.tokenizer}\n")
         for note in outcome.notes:
             sys.stdout.write(f"note: {note}\n")
+    failed = [r for r in records if not r.ok]
+    if records and len(failed) == len(records):
+        # nothing answered: an unreachable endpoint, a refused key, a wrong model name; say which and fail
+        kinds: dict[str, int] = {}
+        for record in failed:
+            kinds[record.error or "unknown"] = kinds.get(record.error or "unknown", 0) + 1
+        common = ", ".join(f"{kind} x{count}" for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        sys.stderr.write(
+            f"error: every one of {len(records)} requests to {', '.join(args.endpoint)} failed ({common}): check that the "
+            "endpoint serves the OpenAI API there, the model name, and its key\n"
+        )
+        return 1
     if not timing["reliable"]:
         # stderr as well as the JSON: a run past the client's knee is never silent
         late = client.sends_late_share or 0.0
