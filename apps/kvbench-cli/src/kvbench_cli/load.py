@@ -490,8 +490,8 @@ def cmd_load(args: argparse.Namespace) -> int:
             kinds[record.error or "unknown"] = kinds.get(record.error or "unknown", 0) + 1
         common = ", ".join(f"{kind} x{count}" for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]))
         sys.stderr.write(
-            f"error: every one of {len(records)} requests to {', '.join(args.endpoint)} failed ({common}): check that the "
-            "endpoint serves the OpenAI API there, the model name, and its key\n"
+            f"error: every one of {len(records)} requests to {', '.join(args.endpoint)} failed ({common}): check "
+            "that the endpoint serves the OpenAI API there, the model name, and its key\n"
         )
         return 1
     if not timing["reliable"]:
