@@ -67,8 +67,42 @@ def _speedup(stat: dict[str, Any] | None) -> str:
     return f"{stat['mean']:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
 
 
+def _flat(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_flat(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + ", ".join(_flat(v) for v in value) + "]"
+    return str(value)
+
+
+def print_tested(report: dict[str, Any]) -> None:
+    """What was tested, before any figure (the report's ``tested``): model, engine and version, tiers, traffic,
+    machines."""
+    tested = report.get("tested") or []
+    if not tested:
+        return
+    console.print("[bold]What was tested[/bold]")
+    for t in tested:
+        machines = "; ".join(
+            f"{m.get('machines')} simulated x {m.get('gpus_per_machine')} {m.get('gpu')}"
+            if m.get("simulated") and "machines" in m
+            else f"{m.get('node_id')}: {m.get('gpus')} x {m.get('gpu')}"
+            for m in t.get("machines") or []
+        )
+        sizing = f"; {_flat(t['sizing'])}" if t.get("sizing") else ""
+        console.print(
+            f"  {escape(str(t['workload']))}: {escape(str(t['model']))} on {escape(str(t['engine']))} "
+            f"{escape(str(t['engine_version']))} ({escape(str(t['stack']))}, tier {escape(str(t['kv_tier']))}"
+            f"{escape(sizing)}); {escape(_flat(t.get('traffic')))}; arrivals {escape(_flat(t.get('arrivals')))}; "
+            f"{escape(machines or 'no machine recorded')}",
+            highlight=False,
+        )
+
+
 def print_comparison(report: dict[str, Any]) -> None:
-    """Workloads compared, in 80 columns: the baseline first, each one's speed-up and verdict, then why."""
+    """Workloads compared, in 80 columns: what was tested, the baseline first, each one's speed-up and verdict, then
+    why."""
+    print_tested(report)
     for reason in report.get("reasons") or []:  # a run that failed says why before anything else
         console.print(
             f"[red]{escape(str(reason.get('code', 'failed')))}[/red]: {escape(str(reason.get('message', '')))} "

@@ -7,6 +7,7 @@ from html import escape
 from typing import Any
 
 from kvbench_reporter.charts import charts_html, report_charts
+from kvbench_reporter.tested import tested_lines
 
 __all__ = ["render_html"]
 
@@ -228,6 +229,22 @@ def _limits_html(w: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _tested_html(tested: list[dict[str, Any]]) -> str:
+    """What was tested, first: model, engine and version, tiers, traffic, machines, each engine's command line."""
+    if not tested:
+        return ""
+    blocks = []
+    for title, rows in tested_lines(tested):
+        body = "".join(
+            f"<tr><td>{escape(label)}</td><td style='text-align:left'>"
+            + (f"<code>{escape(text)}</code>" if label.split()[-1].startswith("engine-") else escape(text))
+            + "</td></tr>"
+            for label, text in rows
+        )
+        blocks.append(f"<h3>{escape(title)}</h3><table class='tested'>{body}</table>")
+    return '<section id="tested"><h2>What was tested</h2>' + "".join(blocks) + "</section>"
+
+
 def render_html(report: dict[str, Any]) -> str:
     workloads = report.get("workloads", [])
     rows = [_compared_row(w) for w in workloads]
@@ -386,6 +403,7 @@ dt{{font-weight:600}}dd{{margin:0 0 6px 12px;color:#333}}small{{color:#555;font-
 <p>Run <code>{escape(report["run_id"])}</code> · status <b id="run-status">{escape(report["status"])}</b> ·
 submitted {escape(report["submitted_at"])} · generated {escape(report["generated_at"])}</p>
 {f'<ul class="reasons">{reasons}</ul>' if reasons else ""}
+{_tested_html(report.get("tested") or [])}
 <h2>Workloads compared</h2>
 <p>Baseline: <b>{escape(str(report.get("baseline") or "none (no own_cache workload)"))}</b>. Speed-up: baseline
 TTFT p50 / TTFT p50 (higher is better), geometric mean over paired repeats with its 95% interval.</p>

@@ -37,6 +37,7 @@ from kvbench_core.timing import (
 from kvbench_reporter.acceptance import acceptance
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
+from kvbench_reporter.tested import tested_summary
 from kvbench_stacks.hardware import find_model
 
 __all__ = ["COUNTERS", "build_report", "counter_deltas", "disk_tier_census", "records_complete"]
@@ -876,6 +877,9 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             mine = {st.get("deployment_id") for st in workload["stacks"]}
             restarts = [r for r in restarted if r.get("deployment_id") in mine]
             workload["acceptance"] = acceptance(workload, resets, spec.get("model"), answers, restarts)
+    inventories = await store.inventories(sorted({str(st["node_id"]) for w in workloads_out
+                                                  for st in w["stacks"] if st.get("node_id")}))  # fmt: skip
+    tested = tested_summary(workloads_out, specs, inventories)
     events = [
         {
             "at": e["occurred_at"].isoformat(),
@@ -909,6 +913,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         "submitted_at": run["submitted_at"].isoformat(),
         "finished_at": run["finished_at"].isoformat() if run["finished_at"] else None,
         "generated_at": utc_now().isoformat(),
+        "tested": tested,
         "definitions": {
             **DEFINITIONS,
             "workload_figures": "pool the measured requests of all the workload's jobs; throughput and rates use the "

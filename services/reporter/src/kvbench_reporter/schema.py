@@ -204,6 +204,12 @@ class Report(_Open):
     generated_at: str = Field(description="ISO 8601, UTC")
     definitions: dict[str, str] = Field(description="Every figure's definition, as the report computed it")
     baseline: str | None = Field(description="The workload the others are compared with (None: no own_cache one)")
+    tested: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="What was tested, per workload: model, engine and the version its engines reported, tensor "
+        "parallel size and engine arguments, stack, tier and sizing, traffic shape with its parameters, arrivals, "
+        "measurement, the machines with their GPUs, and each engine's command line as its agent started it",
+    )
     workloads: list[Workload] = Field(
         description="Workloads compared (the baseline first, then the plan's order), then each one's five questions"
     )

@@ -341,6 +341,14 @@ class Store:
             )
         )
 
+    async def inventories(self, node_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The machines' inventories as their agents last registered them (GPUs, cores, memory)."""
+        rows = await self.pool.fetch("SELECT node_id, inventory FROM node_inventory WHERE node_id = ANY($1)", node_ids)
+        return {
+            str(r["node_id"]): json.loads(r["inventory"]) if isinstance(r["inventory"], str) else dict(r["inventory"])
+            for r in rows
+        }
+
     async def save_report(self, run_id: str, report: dict[str, Any], html: str) -> None:
         await self.pool.execute(
             "INSERT INTO reports (run_id, report, html) VALUES ($1, $2::jsonb, $3) "
