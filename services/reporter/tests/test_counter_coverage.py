@@ -109,3 +109,30 @@ def test_a_previous_split_stacks_engines_sampled_in_the_margin_do_not_make_this_
     assert deltas["engines"] == 2
     assert set(deltas["by_role"]) == {"both"}
     assert 5_400 <= deltas["prompt_tokens"] <= 6_600
+
+
+def test_reads_at_the_windows_edges_count_exactly_the_window() -> None:
+    """Periodic scrapes every 4 s can count up to an interval beyond the window; the reads made on command at its
+    edges (ReadEngines) count exactly what the engine did inside it, and say how late each read was."""
+    periodic = _steady("e", 40, every_s=4.0)
+    edge_at = {"start": T0, "end": END}
+
+    def edge(seconds: float, which: str, job: str = "job-1") -> dict[str, Any]:
+        row = _row("e", seconds, 100.0 * (seconds + 10))
+        return {**row, "job_id": job, "edge": which, "edge_at": edge_at[which]}
+
+    guessed = _deltas(periodic)["prompt_tokens"]
+    exact = counter_deltas(  # type: ignore[arg-type]
+        [*periodic, edge(0.02, "start"), edge(30.05, "end")], T0, END, None, "job-1"
+    )
+    assert round(exact["prompt_tokens"], 6) == 3_003.0  # 30.03 s at 100 tokens/s: the reads' own span, nothing more
+    assert abs(guessed - 3_000.0) > abs(exact["prompt_tokens"] - 3_000.0)
+    [read] = exact["edge_reads"]
+    assert read["engine_id"] == "e"
+    assert round(read["start_read_late_s"], 3) == 0.02
+    assert round(read["end_read_late_s"], 3) == 0.05
+    # another job's edge reads are only samples for this one: the periodic windowing applies
+    other = counter_deltas(  # type: ignore[arg-type]
+        [*periodic, edge(0.02, "start", "job-2"), edge(30.05, "end", "job-2")], T0, END, None, "job-1"
+    )
+    assert other["edge_reads"] == []

@@ -7,10 +7,10 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.envelope import Envelope
-from kvbench_contracts.events import EngineEndpoint
+from kvbench_contracts.events import EngineEndpoint, WindowEdge
 from kvbench_contracts.plan import EngineSpec, NetworkSpec, SimCluster, Sizing, Traffic
 
-__all__ = ["PoolMachine", "RestartEngines", "RunLoad", "StartStack", "StopStack"]
+__all__ = ["PoolMachine", "ReadEngines", "RestartEngines", "RunLoad", "StartStack", "StopStack"]
 
 
 class PoolMachine(BaseModel):
@@ -74,6 +74,20 @@ class RestartEngines(Envelope):
     node_id: str
     run_id: str
     deployment_id: str
+
+
+class ReadEngines(Envelope):
+    """Read every engine (and cache server) of a deployment now, at an edge of a job's measured window: its counters
+    at the instant the window starts or ends (EngineSampled with ``edge``)."""
+
+    SCHEMA: ClassVar[str] = "kvbench.cmd.node.read_engines/1"
+    SUBJECT: ClassVar[str] = "kvbench.cmd.node.{node_id}.read_engines"
+    node_id: str
+    run_id: str
+    deployment_id: str
+    job_id: str
+    edge: WindowEdge
+    edge_at: float = Field(description="When the edge was, on the load generator (Unix seconds)")
 
 
 class RunLoad(Envelope):

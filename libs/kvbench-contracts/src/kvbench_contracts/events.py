@@ -29,11 +29,13 @@ __all__ = [
     "ClientTiming",
     "EngineEndpoint",
     "EngineSampled",
+    "EnginesRead",
     "EnginesRestarted",
     "JobFailed",
     "JobFinished",
     "JobProgressed",
     "JobStarted",
+    "JobWindowEdge",
     "MachinePolicy",
     "NodeInventory",
     "NodeRegistered",
@@ -162,6 +164,21 @@ class EnginesRestarted(Envelope):
     error: str | None = Field(None, description="Why the engines could not be restarted (None: they were)")
 
 
+class EnginesRead(Envelope):
+    """A deployment's engines were read at an edge of a job (ReadEngines): the planner waits for this at the job's own
+    edges, so that no request is sent before, nor the next job begun after, the counters it brackets were read."""
+
+    SCHEMA: ClassVar[str] = "kvbench.stack.engines_read/1"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.engines_read"
+    deployment_id: str
+    run_id: str
+    node_id: str
+    job_id: str
+    edge: WindowEdge
+    engines: int = Field(0, ge=0, description="Engines and cache servers read")
+    failed: list[str] = Field(default_factory=list, description="Those whose /metrics did not answer")
+
+
 class RunSubmitted(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.run.submitted/1"
     SUBJECT: ClassVar[str] = "kvbench.run.{run_id}.submitted"
@@ -202,6 +219,26 @@ class JobStarted(Envelope):
     run_id: str
     workload: str
     shard: str
+
+
+# a job's edges: its load's first request and last answer ("job_start", "job_end", read on the planner's command
+# before the load starts and after it ends: every request the engines counted is the job's), and its measured
+# window's ("start", "end", said by the load generator as they happen)
+WindowEdge = Literal["job_start", "start", "end", "job_end"]
+
+
+class JobWindowEdge(Envelope):
+    """The instant a job's measured window starts or ends, said by the load generator as it happens: the planner has
+    every engine of the job read then (ReadEngines), so engine counters are differenced over the window itself and
+    not between the periodic scrapes nearest its edges."""
+
+    SCHEMA: ClassVar[str] = "kvbench.job.window_edge/1"
+    SUBJECT: ClassVar[str] = "kvbench.job.{job_id}.window_edge"
+    job_id: str
+    run_id: str
+    shard_index: int = Field(0, ge=0)
+    edge: WindowEdge
+    at: float = Field(description="Wall-clock time of the edge on the load generator (Unix seconds)")
 
 
 class JobProgressed(Envelope):
@@ -561,4 +598,8 @@ class EngineSampled(Envelope):
     )
     values: dict[str, float] = Field(description="Series name (with labels) -> value")
     normalized: dict[str, float] = Field(default_factory=dict, description="kvbench's engine-neutral counters")
+    edge: WindowEdge | None = Field(
+        None, description="A read on command at the edge of job_id's measured window (None: a periodic scrape)"
+    )
+    edge_at: float | None = Field(None, description="When that edge was, on the load generator (Unix seconds)")
     gpus: list[dict[str, float]] = Field(default_factory=list, description="GPU power and utilization, when sampled")

@@ -18,15 +18,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from kvbench_contracts.commands import RestartEngines, RunLoad, StartStack, StopStack
+from kvbench_contracts.commands import ReadEngines, RestartEngines, RunLoad, StartStack, StopStack
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import (
     EngineSampled,
+    EnginesRead,
     EnginesRestarted,
     JobFailed,
     JobFinished,
     JobProgressed,
     JobStarted,
+    JobWindowEdge,
     NodeRegistered,
     RecordsBatch,
     RecordsBinary,
@@ -49,10 +51,21 @@ ROLES: tuple[Role, ...] = ("admin", "planner", "reporter", "loadgen", "switch_po
 
 # the messages each role produces (an agent's are scoped to its node id where their subject names it)
 PUBLISHES: dict[Role, tuple[type[Envelope], ...]] = {
-    "planner": (RunSubmitted, RunStarted, RunCancelled, RunFinished, StartStack, StopStack, RestartEngines, RunLoad),
+    "planner": (
+        RunSubmitted,
+        RunStarted,
+        RunCancelled,
+        RunFinished,
+        StartStack,
+        StopStack,
+        RestartEngines,
+        RunLoad,
+        ReadEngines,
+    ),
     "reporter": (),
     "loadgen": (
         JobStarted,
+        JobWindowEdge,
         JobProgressed,
         JobFinished,
         JobFailed,
@@ -62,7 +75,16 @@ PUBLISHES: dict[Role, tuple[type[Envelope], ...]] = {
         RecordsColumnar,
     ),
     "switch_poller": (SwitchSampled, SwitchUnread),
-    "node_agent": (NodeRegistered, StackReady, StackFailed, StackStopped, EnginesRestarted, EngineSampled, NicSampled),
+    "node_agent": (
+        NodeRegistered,
+        StackReady,
+        StackFailed,
+        StackStopped,
+        EnginesRestarted,
+        EnginesRead,
+        EngineSampled,
+        NicSampled,
+    ),
     "sim_switch": (),
 }
 # (stream, durable, filter) of the consumers each role reads through; {node_id} and {shard} filled per user

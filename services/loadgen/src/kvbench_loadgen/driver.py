@@ -147,9 +147,17 @@ _SEND_LEAD_S = 0.0015
 
 class Driver:
     def __init__(
-        self, config: DriveConfig, source: Source, router: Router, on_record: Callable[[RequestRecord], None]
+        self,
+        config: DriveConfig,
+        source: Source,
+        router: Router,
+        on_record: Callable[[RequestRecord], None],
+        on_window_edge: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
+        # called as the measured window starts and as it ends ("start", "end"): the engines are read then
+        self.on_window_edge = on_window_edge
+        self._edges_said: set[str] = set()
         self.source = source
         self.router = router
         self.on_record = on_record
@@ -163,6 +171,22 @@ class Driver:
     def elapsed_s(self) -> float:
         """Engine seconds since the load started."""
         return (time.monotonic() - self.load_t0) * self.config.time_scale if self.load_t0 else 0.0
+
+    def _edge(self, edge: str) -> None:
+        """Say an edge of the measured window once, as it happens."""
+        if self.on_window_edge is not None and edge not in self._edges_said:
+            self._edges_said.add(edge)
+            self.on_window_edge(edge)
+
+    async def _window_start_at(self, warmup_wall_s: float) -> None:
+        await asyncio.sleep(max(0.0, self.load_t0 + warmup_wall_s - time.monotonic()))
+        self._edge("start")
+
+    async def _window_end_at(self, deadline: float) -> None:
+        """A bounded load's window ends at its deadline (what is still in flight then is drained, not measured)."""
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        if "start" in self._edges_said:
+            self._edge("end")
 
     def _wall(self, engine_s: float) -> float:
         """Wall-clock seconds an engine-time span lasts."""
@@ -183,6 +207,14 @@ class Driver:
             self.load_t0 = cfg.start_at if cfg.start_at is not None else time.monotonic()
             bounded = cfg.duration_s > 0
             self._deadline = self.load_t0 + self._wall(cfg.duration_s) if bounded else float("inf")
+            # the measured window's start: after the warm-up, or (document rounds) when the first measured
+            # request goes out (_send)
+            opening = (
+                asyncio.ensure_future(self._window_start_at(self._wall(cfg.warmup_s)))
+                if not self.source.measure_phases
+                else None
+            )
+            closing = asyncio.ensure_future(self._window_end_at(self._deadline)) if bounded else None
             if cfg.mode == "request_rate":
                 if not bounded and not self.source.finite:
                     raise ValueError("a request rate on an endless shape needs a length: set traffic.duration_s")
@@ -205,6 +237,12 @@ class Driver:
             if main.done():
                 with contextlib.suppress(asyncio.CancelledError):
                     await main
+            if closing is not None and not closing.done():
+                closing.cancel()
+            if opening is not None and not opening.done():
+                opening.cancel()  # the load ended inside its warm-up: there is no window
+            elif "start" in self._edges_said:
+                self._edge("end")  # an unbounded load's end (its last session, its last document round)
             gc.unfreeze()
         self.result.load_end_s = cfg.duration_s if bounded else self.result.load_end_s
         if self._measured_span and self.source.measure_phases:
@@ -249,6 +287,8 @@ class Driver:
             payload["prompt"] = turn.text()
         endpoint = self.router.pick(session.session_id, turn.head())
         number = session.turn
+        if self.source.measure_phases and turn.phase in self.source.measure_phases:
+            self._edge("start")
         # the record's id goes out as X-Request-Id: vLLM and SGLang use it as their request id, so engine logs
         # and the mock server's ground truth can be matched to the record
         request_id = new_id()

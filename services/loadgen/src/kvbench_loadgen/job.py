@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 
 from kvbench_contracts.commands import RunLoad
-from kvbench_contracts.events import JobFailed, JobFinished, JobProgressed, JobStarted
+from kvbench_contracts.events import JobFailed, JobFinished, JobProgressed, JobStarted, JobWindowEdge
 from kvbench_contracts.node import shard_key, shards_of_job
 from kvbench_core.bus import Bus
 from kvbench_loadgen.capacity import pool_kv_capacity_tokens
@@ -120,7 +121,15 @@ class JobRunner:
             keep_answers=cmd.keep_answers,
         )
         reset = await reset_prefix_caches(cmd.endpoints, cmd.reset_route) if cmd.reset_prefix_cache else {}
-        driver = Driver(config, source, Router(cmd.endpoints, cmd.routing), sink.add)
+        edges: list[asyncio.Task[None]] = []
+
+        def window_edge(edge: str) -> None:
+            # said at once, its wall-clock moment taken now: the planner has the engines read on it
+            said = JobWindowEdge(job_id=cmd.job_id, run_id=cmd.run_id, shard_index=cmd.shard_index,
+                                 edge="start" if edge == "start" else "end", at=time.time())  # fmt: skip
+            edges.append(asyncio.create_task(self._bus.publish(said)))
+
+        driver = Driver(config, source, Router(cmd.endpoints, cmd.routing), sink.add, window_edge)
         await self._bus.publish(JobStarted(job_id=cmd.job_id, run_id=cmd.run_id, workload=cmd.workload, shard=shard))
         log.info(
             "job started",
@@ -149,7 +158,7 @@ class JobRunner:
                 result = await driver.run()
         finally:
             reporter.cancel()
-            await asyncio.gather(reporter, return_exceptions=True)
+            await asyncio.gather(reporter, *edges, return_exceptions=True)
             await sink.close()
         lags = sorted(result.replay_lags_s)
         notes = list(source.notes)

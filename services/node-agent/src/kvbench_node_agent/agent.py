@@ -14,10 +14,11 @@ from pathlib import Path
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from kvbench_contracts.commands import RestartEngines, StartStack, StopStack
+from kvbench_contracts.commands import ReadEngines, RestartEngines, StartStack, StopStack
 from kvbench_contracts.envelope import Envelope
 from kvbench_contracts.events import (
     EngineSampled,
+    EnginesRead,
     EnginesRestarted,
     NodeRegistered,
     SampledRole,
@@ -107,6 +108,9 @@ class NodeAgent:
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.heartbeat_s)
 
     async def handle(self, command: Envelope) -> None:
+        if isinstance(command, ReadEngines):  # at once: an edge read waits for nothing
+            await self._read_at_edge(command)
+            return
         async with self._lock:
             if isinstance(command, StartStack):
                 await self._start(command)
@@ -315,40 +319,81 @@ class NodeAgent:
         await self.bus.publish(StackStopped(deployment_id=deployment_id, run_id=run_id, node_id=self.node_id))
         log.info("stack stopped", extra={"deployment_id": deployment_id, "run_id": run_id, "node_id": self.node_id})
 
-    async def _scrape_loop(self, deployment: Deployment) -> None:
+    async def _read_engines(
+        self, deployment: Deployment, session: aiohttp.ClientSession, edge: ReadEngines | None = None
+    ) -> tuple[int, list[str]]:
+        """Every engine and cache server of ``deployment`` read once and published (``edge``: a read on command at
+        an edge of a job's measured window; None: a periodic scrape). The reads go out together, so a window's edge
+        is read on every engine at about the same instant."""
         stack = CATALOG.get(deployment.stack)
         # where an engine's unattributed connector hits come from, by its role (older vLLM cannot say itself)
         hits_tier = {role: stack.external_hits_tier(role) if stack else None
                      for role in ("both", "prefill", "decode", "router")}  # fmt: skip
+        targets: list[tuple[str, str, SampledRole]] = [
+            (e.engine_id, e.metrics_url, e.role) for e in deployment.endpoints
+        ] + [(f"{self.node_id}-{name}", url, "cache_server") for name, url in deployment.scrape_only]
+
+        async def fetch(url: str) -> str | BaseException:
+            try:
+                async with session.get(url) as response:
+                    return await response.text()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return exc
+
+        texts = await asyncio.gather(*(fetch(url) for _, url, _ in targets))
+        # one count of the disk tier a round, always carried by the first engine (the reporter sums engines, so the
+        # machine's count must ride on one series only)
+        tier = await asyncio.to_thread(census, deployment.disk_tier_path) if deployment.disk_tier_path else None
+        gpus = await asyncio.to_thread(gpu_samples) if self.inventory.gpus else []
+        failed: list[str] = []
+        for index, ((engine_id, _, role), text) in enumerate(zip(targets, texts, strict=True)):
+            if isinstance(text, BaseException):
+                log.warning("engine scrape failed", extra={"engine_id": engine_id, "error": str(text)[:200]})
+                failed.append(engine_id)
+                continue
+            normalized = normalize(values := parse_samples(text), external=hits_tier.get(role))
+            if tier is not None and index == 0:
+                normalized.update(disk_tier_records=float(tier[0]), disk_tier_bytes=float(tier[1]))
+            await self.bus.publish(
+                EngineSampled(
+                    node_id=self.node_id,
+                    run_id=deployment.run_id,
+                    engine_id=engine_id,
+                    role=role,
+                    values=values,
+                    normalized=normalized,
+                    gpus=gpus if role != "cache_server" else [],
+                    job_id=edge.job_id if edge else None,
+                    edge=edge.edge if edge else None,
+                    edge_at=edge.edge_at if edge else None,
+                )
+            )
+        return len(targets), failed
+
+    async def _read_at_edge(self, command: ReadEngines) -> None:
+        deployment = self.deployments.get(command.deployment_id)
+        read, failed = 0, list[str]()
+        if deployment is not None:  # else stopped meanwhile: nothing of this run to read here
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+                read, failed = await self._read_engines(deployment, session, command)
+        await self.bus.publish(
+            EnginesRead(
+                deployment_id=command.deployment_id,
+                run_id=command.run_id,
+                node_id=self.node_id,
+                job_id=command.job_id,
+                edge=command.edge,
+                engines=read,
+                failed=failed,
+            )
+        )
+        log.info("engines read at a window edge", extra={"run_id": command.run_id, "job_id": command.job_id,
+                 "edge": command.edge, "late_s": round(time.time() - command.edge_at, 3)})  # fmt: skip
+
+    async def _scrape_loop(self, deployment: Deployment) -> None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
-                # one count of the disk tier a round, always carried by the first engine (the reporter sums engines,
-                # so the machine's count must ride on one series only)
-                tier = await asyncio.to_thread(census, deployment.disk_tier_path) if deployment.disk_tier_path else None
-                targets: list[tuple[str, str, SampledRole]] = [
-                    (e.engine_id, e.metrics_url, e.role) for e in deployment.endpoints
-                ] + [(f"{self.node_id}-{name}", url, "cache_server") for name, url in deployment.scrape_only]
-                for index, (engine_id, url, role) in enumerate(targets):
-                    try:
-                        async with session.get(url) as response:
-                            text = await response.text()
-                        normalized = normalize(values := parse_samples(text), external=hits_tier.get(role))
-                        if tier is not None and index == 0:
-                            normalized.update(disk_tier_records=float(tier[0]), disk_tier_bytes=float(tier[1]))
-                        engine = role != "cache_server"
-                        await self.bus.publish(
-                            EngineSampled(
-                                node_id=self.node_id,
-                                run_id=deployment.run_id,
-                                engine_id=engine_id,
-                                role=role,
-                                values=values,
-                                normalized=normalized,
-                                gpus=await asyncio.to_thread(gpu_samples) if self.inventory.gpus and engine else [],
-                            )
-                        )
-                    except (aiohttp.ClientError, TimeoutError) as exc:
-                        log.warning("engine scrape failed", extra={"engine_id": engine_id, "error": str(exc)[:200]})
+                await self._read_engines(deployment, session)
                 if not self.inventory.simulated:  # the host side of each cable, for the NIC-to-port checks
                     host = self.inventory.hostname
                     samples = await asyncio.to_thread(nic_counter_samples, host)
@@ -389,7 +434,7 @@ async def run(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
         await agent.register()
         heartbeat = asyncio.create_task(agent.heartbeat_loop(stop))
         bus.subscribe(
-            [StartStack, StopStack, RestartEngines],
+            [StartStack, StopStack, RestartEngines, ReadEngines],
             agent.handle,
             durable=f"node-agent-{settings.node_id}",
             filter_subject=f"kvbench.cmd.node.{settings.node_id}.>",

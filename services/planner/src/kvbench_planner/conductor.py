@@ -13,18 +13,20 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Literal
 
 import nats.js.errors
 
-from kvbench_contracts.commands import PoolMachine, RestartEngines, RunLoad, StartStack, StopStack
+from kvbench_contracts.commands import PoolMachine, ReadEngines, RestartEngines, RunLoad, StartStack, StopStack
 from kvbench_contracts.envelope import Envelope, new_id, utc_now
 from kvbench_contracts.events import (
     EngineEndpoint,
+    EnginesRead,
     EnginesRestarted,
     JobFailed,
     JobFinished,
     JobProgressed,
+    JobWindowEdge,
     RunCancelled,
     RunFinished,
     RunStarted,
@@ -50,6 +52,8 @@ __all__ = ["CONTROL_EVENTS", "BusUnavailableError", "Conductor", "RunFailedError
 log = logging.getLogger(__name__)
 
 CONTROL_EVENTS: tuple[type[Envelope], ...] = (
+    JobWindowEdge,
+    EnginesRead,
     EnginesRestarted,
     StackReady,
     StackFailed,
@@ -59,6 +63,7 @@ CONTROL_EVENTS: tuple[type[Envelope], ...] = (
     JobProgressed,
 )
 
+EDGE_READ_WAIT_S = 10.0  # how long the job's edge reads are awaited before the load goes on without one
 SUBMIT_BUS_WAIT_S = 10.0  # how long a submission waits for a bus that does not acknowledge before it is refused
 LOADGEN_END_GRACE_S = 5.0  # a shard gone from its load generator's heartbeat: how long its end may still take
 HEARTBEAT_GRACE_S = 10.0  # after the bus comes back: about three of an agent's heartbeats (KV TTL 15 s)
@@ -176,16 +181,22 @@ class Conductor:
         self._arrived: OrderedDict[str, Envelope] = OrderedDict()
         self._last_saved: dict[str, float] = {}
         self._cancelling: set[str] = set()
+        self._job_deployments: dict[str, list[tuple[str, str]]] = {}  # running job -> its (node, deployment)s
 
     # -- events in --------------------------------------------------------------------------
     async def on_event(self, event: Envelope) -> None:
         key: str | None = None
+        if isinstance(event, JobWindowEdge):
+            await self._read_engines(event)
+            return
         if isinstance(event, StackReady | StackFailed):
             key = f"stack:{event.deployment_id}"
         elif isinstance(event, StackStopped):
             key = f"stopped:{event.deployment_id}"
         elif isinstance(event, EnginesRestarted):
             key = f"restarted:{event.deployment_id}"
+        elif isinstance(event, EnginesRead):
+            key = f"read:{event.deployment_id}:{event.job_id}:{event.edge}"
         elif isinstance(event, JobFinished | JobFailed):
             key = f"job:{event.job_id}#{event.shard_index}"
         elif isinstance(event, JobProgressed):
@@ -200,6 +211,40 @@ class Conductor:
             self._arrived[key] = event
             while len(self._arrived) > 10_000:
                 self._arrived.popitem(last=False)
+
+    async def _read_engines(self, edge: JobWindowEdge) -> None:
+        """A job's measured window starts or ends now: every engine of its deployments is read at once (ReadEngines),
+        so its counters are differenced over the window itself (issue: counters at the window's edges)."""
+        for node_id, deployment_id in self._job_deployments.get(edge.job_id, []):
+            await self.publish(
+                ReadEngines(
+                    node_id=node_id,
+                    run_id=edge.run_id,
+                    deployment_id=deployment_id,
+                    job_id=edge.job_id,
+                    edge=edge.edge,
+                    edge_at=edge.at,
+                )
+            )
+
+    async def _read_at_job_edge(self, run_id: str, job_id: str, edge: Literal["job_start", "job_end"]) -> None:
+        """Every engine of the job's deployments read now, before its first request or after its last answer, and
+        their answers awaited: the counters then bracket exactly the job's requests. An agent that does not answer
+        in time is named in the log; the report then falls back to the periodic scrapes for its engines."""
+        pairs = self._job_deployments.get(job_id, [])
+        keys = [f"read:{dep}:{job_id}:{edge}" for _, dep in pairs]
+        futures = [self._expect(key) for key in keys]
+        at = time.time()
+        for node_id, deployment_id in pairs:
+            await self.publish(ReadEngines(node_id=node_id, run_id=run_id, deployment_id=deployment_id, job_id=job_id,
+                                           edge=edge, edge_at=at))  # fmt: skip
+        done, _ = await asyncio.wait(futures, timeout=EDGE_READ_WAIT_S) if futures else (set(), set())
+        for key, future, (node_id, _) in zip(keys, futures, pairs, strict=True):
+            self._waiters.pop(key, None)
+            if future not in done:
+                future.cancel()
+                log.warning("an agent did not read its engines at a job's edge in time",
+                            extra={"run_id": run_id, "job_id": job_id, "node_id": node_id, "edge": edge})  # fmt: skip
 
     async def _progress(self, event: JobProgressed) -> None:
         state = self.runs.get(event.run_id)
@@ -650,7 +695,11 @@ class Conductor:
                     scraped = False
                 if workload.measurement.acceptance and not scraped:
                     await asyncio.sleep(self.settings.acceptance_settle_s)
-                await self._run_job(state, workload, job, endpoints, watcher)
+                self._job_deployments[job.job_id] = list(pairs)  # read at the job's window edges
+                try:
+                    await self._run_job(state, workload, job, endpoints, watcher)
+                finally:
+                    self._job_deployments.pop(job.job_id, None)
                 if workload.measurement.acceptance:
                     await asyncio.sleep(self.settings.acceptance_settle_s)
                     scraped = True
@@ -689,6 +738,7 @@ class Conductor:
         if job.status != "running":  # a resumed running job is already in the load generators' hands
             job.status = "running"
             await self.save(state)
+            await self._read_at_job_edge(state.run_id, job.job_id, "job_start")
             for index in range(shards):  # each shard is one work-queue message: any free load generator takes it
                 await self.publish(
                     RunLoad(
@@ -758,6 +808,8 @@ class Conductor:
                 job.status, job.reason = "failed", failed[0].reason
             else:
                 job.status, job.progress = "succeeded", 1.0
+        if job.status == "succeeded":  # its last answer is in: the engines hold exactly what the job added
+            await self._read_at_job_edge(state.run_id, job.job_id, "job_end")
         await self.save(state)
 
 

@@ -115,14 +115,61 @@ def _increase(steps: list[Any], key: str) -> float:
     return delta
 
 
+def _edge_reads(
+    rows: list[asyncpg.Record], job_id: str | None, edges: tuple[str, str] = ("start", "end")
+) -> dict[str, dict[str, asyncpg.Record]]:
+    """Per engine, its reads on command at ``job_id``'s ``edges`` (its measured window's, or the job's own): the first
+    at the opening edge, the last at the closing one (several load generator shards each say the window's edges)."""
+    out: dict[str, dict[str, asyncpg.Record]] = defaultdict(dict)
+    if job_id is None:
+        return out
+    opening, closing = edges
+    for row in sorted(rows, key=lambda r: r["sampled_at"]):
+        edge = row.get("edge")
+        if row.get("job_id") != job_id or edge not in edges:
+            continue
+        if edge == opening:
+            out[row["engine_id"]].setdefault("start", row)
+        elif edge == closing:
+            out[row["engine_id"]]["end"] = row
+    return out
+
+
+def _edge_span(start_row: asyncpg.Record, end_row: asyncpg.Record, start: datetime, end: datetime) -> dict[str, Any]:
+    """How an engine's edge reads sit against the window: each read's distance from the window's edge as the report
+    dates it, and from the moment the load generator said the edge (the read's own lateness)."""
+
+    def late(row: asyncpg.Record) -> float | None:
+        return (row["sampled_at"] - row["edge_at"]).total_seconds() if row.get("edge_at") is not None else None
+
+    return {
+        "window_s": (end - start).total_seconds(),
+        "counted_s": (end_row["sampled_at"] - start_row["sampled_at"]).total_seconds(),
+        "from_s": (start_row["sampled_at"] - start).total_seconds(),
+        "to_s": (end_row["sampled_at"] - end).total_seconds(),
+        "start_read_late_s": late(start_row),
+        "end_read_late_s": late(end_row),
+        "short": False,
+    }
+
+
 def counter_deltas(
-    samples: list[asyncpg.Record], start: datetime, end: datetime, close_by: datetime | None = None
+    samples: list[asyncpg.Record],
+    start: datetime,
+    end: datetime,
+    close_by: datetime | None = None,
+    job_id: str | None = None,
+    edges: tuple[str, str] = ("start", "end"),
 ) -> dict[str, Any]:
-    """Normalized counters differenced over [start, end] per engine (``window_steps``), then summed (never
-    cumulative ratios). ``short_coverage``: the engines whose samples span too little of the window
-    (``counted_span``), so that their counts are low."""
+    """Normalized counters differenced over [start, end] per engine, then summed (never cumulative ratios). An engine
+    read on command at both edges of ``job_id``'s window is differenced from its start read to its end read (with the
+    periodic scrapes between, for a restart's reset); any other over the periodic scrapes around the window
+    (``window_steps``). ``edge_reads``: each engine's reads and how far they were from the edges; ``short_coverage``:
+    the engines whose samples span too little of the window (``counted_span``), so that their counts are low."""
     by_engine: dict[str, list[tuple[datetime, dict[str, float], list[dict[str, float]]]]] = defaultdict(list)
     role_of: dict[str, str] = {}
+    reads = _edge_reads(samples, job_id, edges)
+    edge_spans: list[dict[str, Any]] = []
     for row in samples:
         by_engine[row["engine_id"]].append((row["sampled_at"], _json(row["normalized"]) or {}, _json(row["gpus"])))
         role_of[row["engine_id"]] = row.get("role") or "both"
@@ -135,9 +182,17 @@ def counter_deltas(
     living: list[str] = []
     for engine_id, series in by_engine.items():
         series.sort(key=lambda item: item[0])
-        counted = window_samples([(t, s) for t, s, _ in series], start, end, close_by, from_zero=False)
-        steps = [s for _, s in counted]
-        span = counted_span([t for t, _, _ in series], [t for t, _ in counted], start, end)
+        read = reads.get(engine_id, {})
+        span: dict[str, Any] | None
+        if "start" in read and "end" in read and read["start"]["sampled_at"] < read["end"]["sampled_at"]:
+            first, last = read["start"]["sampled_at"], read["end"]["sampled_at"]
+            steps = [s for t, s, _ in series if first <= t <= last]
+            span = _edge_span(read["start"], read["end"], start, end)
+            edge_spans.append({"engine_id": engine_id, "role": role_of[engine_id], **span})
+        else:
+            counted = window_samples([(t, s) for t, s, _ in series], start, end, close_by, from_zero=False)
+            steps = [s for _, s in counted]
+            span = counted_span([t for t, _, _ in series], [t for t, _ in counted], start, end)
         if span is None:  # another stack's engine, sampled within the margin: none of its counts, nor its role
             continue
         living.append(engine_id)
@@ -159,6 +214,8 @@ def counter_deltas(
         "by_role": by_role,
         # engines whose scrapes span too little of the window: their counts (and the sums above) are low
         "short_coverage": short,
+        # engines read on command at both edges of the window, and how far each read was from its edge
+        "edge_reads": edge_spans,
         "kv_usage_max": kv_usage_max,
         "gpu_power_w_mean": sum(power) / len(power) if power else None,
         "gpu_utilization_pct_mean": sum(util) / len(util) if util else None,
@@ -279,10 +336,38 @@ def _achieved(
     }
 
 
+def job_request_tokens(everything: Columns) -> dict[str, float]:
+    """Prompt and cached tokens of every request of a job (warm-up and late ones included): what the engines counted
+    between the reads at the job's first request and its last answer."""
+    return {
+        "prompt_tokens": float(np.nansum(everything.prompt_tokens)),
+        "cached_tokens": float(np.nansum(everything.cached_tokens)),
+    }
+
+
+def _job_span_counters(
+    samples: list[asyncpg.Record], job: asyncpg.Record, window_end: datetime
+) -> dict[str, Any] | None:
+    """What the engines counted between their reads at the job's first request and its last answer (the planner's
+    ReadEngines at job_start and job_end); None unless every engine was read at both."""
+    finished = job["finished_at"] or window_end
+    deltas = counter_deltas(samples, job["started_at"], finished, None, job["job_id"], ("job_start", "job_end"))
+    engines = {s["engine_id"] for s in samples if s.get("job_id") == job["job_id"] and s.get("edge") == "job_start"}
+    if not engines or len(deltas["edge_reads"]) < len(engines):
+        return None
+    prompt = float(deltas["prompt_tokens"])
+    return {
+        "prompt_tokens": prompt,
+        "cached_tokens": prompt - float(deltas["prompt_tokens_recomputed"]),
+        "reads": deltas["edge_reads"],
+    }
+
+
 def _job_figures(spec: dict[str, Any], job: asyncpg.Record, everything: Columns) -> tuple[dict[str, Any], Columns]:
     warmup, load_end = float(job["warmup_s"]), float(job["load_duration_s"])
     measured, errors = select_measured(everything, warmup, load_end)
     out = figures(measured, errors, load_end - warmup, _slo(spec))
+    out["request_tokens"] = job_request_tokens(everything)
     slices = slice_figures(measured, warmup, load_end, slices=10)
     out["slices"] = slices
     out["stability_cv"] = coefficient_of_variation([s["output_tokens_per_s"] for s in slices if s["requests"]])
@@ -506,7 +591,10 @@ def _hit_rates(engine: dict[str, float]) -> dict[str, dict[str, Any]]:
 
 
 def _sources(
-    pooled: dict[str, Any], engine: dict[str, float] | None, roles: dict[str, dict[str, float]] | None = None
+    pooled: dict[str, Any],
+    engine: dict[str, float] | None,
+    roles: dict[str, dict[str, float]] | None = None,
+    job_span: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Where prompt tokens came from. A split stack computes each prompt on a prefill engine and serves it from a
     decode engine: the headline counts it once, as the decode engines got it (``transferred``: from a prefill
@@ -514,7 +602,7 @@ def _sources(
     split = bool(roles) and "prefill" in (roles or {}) and "decode" in (roles or {})
     if split and roles is not None:
         # the decode engines' sources, with the cache servers' own view beside them (their hits by tier)
-        out = _sources(pooled, {**roles["decode"], **_cache_server_view(roles.get("cache_server"))})
+        out = _sources(pooled, {**roles["decode"], **_cache_server_view(roles.get("cache_server"))}, None, job_span)
         out["source"] = "decode engines' counters over the measured windows (each prompt once; by_role: each side)"
         out["by_role"] = {
             role: {
@@ -538,6 +626,14 @@ def _sources(
         request_share = (
             from_requests["cached"] / from_requests["prompt_tokens"] if from_requests["prompt_tokens"] else 0
         )
+        engine_share = cached / total
+        # the exact check: the engines read at each job's first request and last answer (every request the engines
+        # counted is one of the job's), against every request of those jobs; a window's edges cut through requests
+        # in flight, which the engines count when they compute them and the window by when they started and ended
+        exact = job_span if job_span and job_span.get("engine_prompt") and job_span.get("request_prompt") else None
+        if exact:
+            engine_share = exact["engine_cached"] / exact["engine_prompt"]
+            request_share = exact["request_cached"] / exact["request_prompt"]
         return {
             "source": "engine counters over the measured windows" + attribution,
             "prompt_tokens": total,
@@ -546,9 +642,14 @@ def _sources(
             "engine_hit_rates": _hit_rates(engine),
             "per_request": from_requests,
             "cross_check": {
-                "engine_cached_share": cached / total,
+                "engine_cached_share": engine_share,
                 "request_cached_share": request_share,
-                "difference": cached / total - request_share,
+                "difference": engine_share - request_share,
+                "compared": "every request of the jobs against the engines read at each job's first request and last "
+                f"answer ({exact['jobs']:.0f} job(s); engine prompt tokens {exact['engine_prompt']:,.0f}, requests' "
+                f"{exact['request_prompt']:,.0f})"
+                if exact
+                else "the measured requests against the engine counters over the measured windows",
             },
         }
     return {
@@ -714,15 +815,18 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 start = job["started_at"] + timedelta(seconds=warmup / scale)
                 end = job["started_at"] + timedelta(seconds=load_end / scale)
                 margin_end = end + timedelta(seconds=10)
-                samples = await store.engine_samples(run_id, job["started_at"] - timedelta(seconds=10), margin_end)
+                # the job's closing read comes after its last answer, which may be well after the window's end
+                fetch_end = max(margin_end, (job["finished_at"] or end) + timedelta(seconds=10))
+                samples = await store.engine_samples(run_id, job["started_at"] - timedelta(seconds=10), fetch_end)
                 # an acceptance test's phases are short and the planner pauses after each for a closing scrape: it
                 # may come after the window's end, but not after the next job began (other jobs end at their last
                 # scrape inside, as the load of the next may follow at once)
                 close_by = None
                 if (spec.get("measurement") or {}).get("acceptance"):
                     close_by = min(next((t for t in starts if t > job["started_at"]), margin_end), margin_end)
-                deltas = counter_deltas(samples, start, end, close_by) if samples else None
+                deltas = counter_deltas(samples, start, end, close_by, job["job_id"]) if samples else None
                 entry["engine_counters"] = deltas
+                entry["job_span_counters"] = _job_span_counters(samples, job, end) if samples else None
                 entry["cross_instance_hits"] = cross_instance_hits(samples, start, end, close_by) if samples else {}
                 entry["disk_tier"] = disk_tier_census(samples, job["started_at"], end) if samples else None
                 if entry["disk_tier"] is not None and deltas and deltas.get("kv_store_chunks_evicted", 0.0) > 0:
@@ -771,7 +875,15 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
         stack, strategy = stacks.get(name, ("", ""))
         prompt = pooled["prompt_tokens"]
         best = max((j.get("prefill_tokens_per_s_best") or 0.0 for j in jobs), default=0.0) or None
-        sources = _sources(pooled, engine, role_totals.get(name))
+        spans = [j for j in jobs if j.get("job_span_counters")]
+        job_span = {
+            "jobs": float(len(spans)),
+            "engine_prompt": sum(j["job_span_counters"]["prompt_tokens"] for j in spans),
+            "engine_cached": sum(j["job_span_counters"]["cached_tokens"] for j in spans),
+            "request_prompt": sum(j["request_tokens"]["prompt_tokens"] for j in spans),
+            "request_cached": sum(j["request_tokens"]["cached_tokens"] for j in spans),
+        }
+        sources = _sources(pooled, engine, role_totals.get(name), job_span)
         if engine is not None:
             gaps = [{"job_id": j["job_id"], **gap} for j in jobs for gap in _short_coverage(j)]
             sources["counters_complete"] = not gaps

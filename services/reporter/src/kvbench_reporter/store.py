@@ -206,7 +206,8 @@ class Store:
         async with self.pool.acquire() as conn:
             await conn.executemany(
                 "INSERT INTO engine_samples (event_id, run_id, node_id, engine_id, sampled_at, samples, normalized, "
-                "gpus, role) VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7::jsonb,$8::jsonb,$9) "
+                "gpus, role, job_id, edge, edge_at) VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7::jsonb,$8::jsonb,$9,$10,$11,"
+                "$12) "
                 "ON CONFLICT (event_id) DO NOTHING",
                 [
                     (
@@ -219,6 +220,9 @@ class Store:
                         json.dumps(s.normalized),
                         json.dumps(s.gpus),
                         s.role,
+                        s.job_id,
+                        s.edge,
+                        datetime.fromtimestamp(s.edge_at, UTC) if s.edge_at is not None else None,
                     )
                     for s in samples
                 ],
@@ -323,7 +327,8 @@ class Store:
     async def engine_samples(self, run_id: str, start: datetime, end: datetime) -> list[asyncpg.Record]:
         return list(
             await self.pool.fetch(
-                "SELECT engine_id, node_id, role, sampled_at, samples, normalized, gpus FROM engine_samples "
+                "SELECT engine_id, node_id, role, sampled_at, samples, normalized, gpus, job_id, edge, edge_at "
+                "FROM engine_samples "
                 "WHERE run_id = $1 "
                 "AND sampled_at BETWEEN $2 AND $3 ORDER BY engine_id, sampled_at",
                 run_id,
