@@ -1031,8 +1031,11 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             "workload_figures": "pool the measured requests of all the workload's jobs; throughput and rates use the "
             "sum of the jobs' windows",
             "requests": "every request sent by the workload's jobs (rows in request_records)",
-            "engine_counters": "engine /metrics counters, normalised across engines, differenced over each job's "
-            "measured window per engine and summed (samples every few seconds, so window edges are approximate)",
+            "engine_counters": "engine /metrics counters, normalised across engines, differenced per engine between "
+            "its reads at the edges of each job's measured window (read on command as the load generator says the "
+            "window starts and ends; edge_reads says how late each read was) and summed; an engine not read at both "
+            "edges falls back to the periodic scrapes around the window. The cross-check compares every request of "
+            "the jobs with the engines read before each job's first request and after its last answer",
             "across_repeats": "mean, sample standard deviation and two-sided Student-t 95% interval over the repeats "
             "of a test point",
             "timing": TIMING_DEFINITION,
