@@ -125,3 +125,9 @@ def test_an_unknown_port_figure_shows_as_unknown_never_zero(workload: Any) -> No
               "fabric": fabric}  # fmt: skip
     page = render_html(report)
     assert "swp1 <small>(counters reset)</small></td><td>unknown</td><td>unknown</td>" in page
+
+
+def test_every_prompt_token_source_has_a_colour_of_its_own() -> None:
+    from kvbench_reporter.charts import KIND_COLOURS, SOURCES  # noqa: PLC0415
+
+    assert len(set(KIND_COLOURS)) == len(KIND_COLOURS) >= len(SOURCES)

@@ -22,7 +22,9 @@ import plotly.graph_objects as go
 __all__ = ["Chart", "plotly_bundle", "report_charts"]
 
 WORKLOAD_COLOURS = ("#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d")
-KIND_COLOURS = ("#0f766e", "#b45309", "#6d28d9", "#475569", "#a21caf", "#15803d")
+# one colour per kind in a stacked chart: at least as many as the longest series (the seven prompt-token sources);
+# gpu_hit and recomputed, first and last of those, shared one colour when there were six
+KIND_COLOURS = ("#0f766e", "#b45309", "#6d28d9", "#475569", "#a21caf", "#15803d", "#b91c1c", "#0369a1")
 SOURCES = ("gpu_hit", "host_tier", "disk", "shared_store", "external_unattributed", "transferred", "recomputed")
 SOURCE_LABELS = {
     "gpu_hit": "GPU prefix cache",
