@@ -495,3 +495,20 @@ def test_what_a_real_run_needs_comes_from_the_plan_and_the_agent() -> None:
     (engine, *_) = render(sglang)["gpu-a"]
     assert engine.argv[engine.argv.index("--model-path") + 1] == "/models/Qwen/Qwen3-8B"
     assert engine.argv[engine.argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+@pytest.mark.parametrize("stack", sorted(s for s in RECIPES if CATALOG[s].strategy in ("split", "split_offload")))
+def test_the_processes_of_a_split_stack_agree_on_what_must_match(stack: str) -> None:
+    """A prefill and a decode engine exchange KV by pages or blocks of one layout: the engines refuse a pair whose
+    page size, block size, KV dtype or model differ (SGLang's disaggregation/common/conn.py: "Page size mismatch";
+    vLLM's NIXL connector checks the block size and dtype in its handshake). Every split stack renders them alike."""
+    engines = [p for procs in render(context(stack)).values() for p in procs if p.role in ("prefill", "decode")]
+    assert {p.role for p in engines} == {"prefill", "decode"}
+    for flag in ("--page-size", "--block-size", "--kv-cache-dtype", "--tokens-per-block"):
+        assert len({_flag(p.argv, flag) for p in engines}) == 1, f"{stack}: {flag} differs between its engines"
+    models = {p.argv[2] if p.argv[:2] == ["vllm", "serve"] else _flag(p.argv, "--model-path") for p in engines}
+    assert len(models) == 1

@@ -201,8 +201,10 @@ def _sglang(s: Samples) -> Samples:
     _put(out, "kv_tokens_evicted", _sum(s, m.SGLANG_EVICTED.total))
     _put(out, "host_tier_used_tokens", _sum(s, m.SGLANG_HOST_USED.family))
     _put(out, "host_tier_capacity_tokens", _sum(s, m.SGLANG_HOST_TOTAL.family))
-    mb = _sum(s, m.SGLANG_TRANSFER_MB.sum)
-    _put(out, "kv_bytes_transferred", mb * 1e6 if mb is not None else None)
+    # sglang:kv_transfer_total_mb is MiB (srt/observability/req_time_stats.py: bytes / (1024 * 1024)), observed by
+    # the prefill server as it sends (the decode side's transfers are its receipts)
+    mib = _sum(s, m.SGLANG_TRANSFER_MB.sum)
+    _put(out, "kv_bytes_transferred", mib * 1024 * 1024 if mib is not None else None)
     _put(out, "kv_transfers", _sum(s, m.SGLANG_TRANSFER_MB.count))
     _put(out, "preemptions", _sum(s, m.SGLANG_RETRACTED.total))
     _put(out, "kv_usage", _sum(s, m.SGLANG_TOKEN_USAGE.family))

@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kvbench_sim.engine import Engine
 
+MIB = 1024 * 1024  # SGLang's "mb" in sglang:kv_transfer_total_mb
+
 __all__ = ["SglangMetrics", "VllmMetrics"]
 
 _BYTE_BUCKETS = tuple(float(4**k * 1024) for k in range(3, 14))  # 64 KiB .. 64 GiB
@@ -206,15 +208,16 @@ class SglangMetrics:
         self.success = Counter("sglang:num_requests", "Finished requests", [*labels, "finished_reason"], registry=r)
         self.transfer_mb = Histogram(
             "sglang:kv_transfer_total_mb",
-            "MB of each P/D KV transfer",
+            # MiB despite the name, as SGLang computes it (srt/observability/req_time_stats.py: bytes / (1024 * 1024))
+            "MiB of each P/D KV transfer",
             labels,
-            buckets=tuple(b / 1e6 for b in _BYTE_BUCKETS),
+            buckets=tuple(b / MIB for b in _BYTE_BUCKETS),
             registry=r,
         )
         self._last: dict[str, float] = {}
 
     def kv_transfer(self, size: float, seconds: float) -> None:
-        self.transfer_mb.labels(*self._lv).observe(size / 1e6)
+        self.transfer_mb.labels(*self._lv).observe(size / MIB)
 
     def describe_cache(self, engine: Engine) -> None:
         self.capacity.labels(*self._lv).set(engine.pool.num_blocks * engine.block_size)

@@ -141,6 +141,9 @@ def trtllm(ctx: RenderContext, slot: EngineSlot, config: dict[str, Any]) -> Proc
     )
 
 
+HICACHE_PAGE_SIZE = "64"  # tokens a page of SGLang's hierarchical cache; both sides of a P/D pair must agree
+
+
 def hicache_args(ctx: RenderContext, *, enable: bool = True) -> list[str]:
     """SGLang's hierarchical cache over host memory (host_memory_gb), written through (stacks.md 2.2).
 
@@ -155,5 +158,5 @@ def hicache_args(ctx: RenderContext, *, enable: bool = True) -> list[str]:
         "--hicache-write-policy",
         "write_through",
         "--page-size",
-        "64",
+        HICACHE_PAGE_SIZE,
     ]

@@ -13,7 +13,7 @@ from kvbench_stacks.recipes.common import (
     place,
     url_of,
 )
-from kvbench_stacks.recipes.engines import hicache_args, sglang
+from kvbench_stacks.recipes.engines import HICACHE_PAGE_SIZE, hicache_args, sglang
 from kvbench_stacks.recipes.images import image_version, sglang_image
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
 from kvbench_stacks.recipes.ports import PORTS
@@ -130,6 +130,10 @@ def sglang_pd_offload(ctx: RenderContext) -> Machines:  # stacks.md 2.6
             mooncake_extra_config(ctx, s.machine),
         ],
         prefill_extra=lambda s: [
+            # the decode servers' page size (hicache_args): SGLang refuses a pair that differ ("Page size mismatch
+            # ... Both servers must use the same --page-size value", disaggregation/common/conn.py, 0.5.20)
+            "--page-size",
+            HICACHE_PAGE_SIZE,
             "--enable-hierarchical-cache",
             "--hicache-storage-backend",
             "mooncake",
