@@ -50,7 +50,7 @@ def _records(job_id: str, n: int) -> list[RequestRecord]:
 async def test_migrations_apply_once(fresh_database: str) -> None:
     conn = await asyncpg.connect(fresh_database)
     try:
-        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert await apply_migrations(conn) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         assert await apply_migrations(conn) == []
     finally:
         await conn.close()

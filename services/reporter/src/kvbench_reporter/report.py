@@ -645,12 +645,12 @@ def _sources(
                 "engine_cached_share": engine_share,
                 "request_cached_share": request_share,
                 "difference": engine_share - request_share,
-                "compared": "every request of the jobs against the engines read at each job's first request and last "
-                f"answer ({exact['jobs']:.0f} job(s); engine prompt tokens {exact['engine_prompt']:,.0f}, requests' "
-                f"{exact['request_prompt']:,.0f})"
-                if exact
-                else "the measured requests against the engine counters over the measured windows",
             },
+            "cross_check_compared": "every request of the jobs against the engines read at each job's first request and "
+            f"last answer ({exact['jobs']:.0f} job(s); engine prompt tokens {exact['engine_prompt']:,.0f}, requests' "
+            f"{exact['request_prompt']:,.0f})"
+            if exact
+            else "the measured requests against the engine counters over the measured windows",
         }
     return {
         "source": "per-request usage.prompt_tokens_details.cached_tokens (no engine counters)",

@@ -57,6 +57,11 @@ class Sources(_Open):
     prompt_tokens: float = Field(description="Prompt tokens the sources add up to")
     tokens: dict[str, float] = Field(description="gpu_hit, host_tier, disk, shared_store, transferred, recomputed")
     cross_check: dict[str, float] | None = Field(description="Engine vs per-request cached share")
+    cross_check_compared: str | None = Field(
+        None,
+        description="What the cross-check compared: every request of the jobs against the reads at the jobs' "
+        "own edges, or (where those are missing) the measured requests against the windows' counters",
+    )
     engine_hit_rates: dict[str, dict[str, Any]] | None = Field(
         None,
         description="Hit rates the engines count themselves over the windows, each with its own denominator: "
