@@ -647,8 +647,8 @@ def _sources(
                 "difference": engine_share - request_share,
             },
             "cross_check_compared": "every request of the jobs against the engines read at each job's first request "
-            f"and last answer ({exact['jobs']:.0f} job(s); engine prompt tokens {exact['engine_prompt']:,.0f}, requests' "
-            f"{exact['request_prompt']:,.0f})"
+            f"and last answer ({exact['jobs']:.0f} job(s); engine prompt tokens {exact['engine_prompt']:,.0f}, "
+            f"requests' {exact['request_prompt']:,.0f})"
             if exact
             else "the measured requests against the engine counters over the measured windows",
         }
