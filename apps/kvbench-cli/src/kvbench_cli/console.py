@@ -163,6 +163,14 @@ def print_comparison(report: dict[str, Any]) -> None:
                 f"the last job; {reclaimed}",
                 highlight=False,
             )
+        gate = w.get("accuracy")
+        if gate:  # did it work: the answers against the baseline's
+            differ = f", {gate['differ']:,} differ" if gate.get("differ") is not None else ""
+            console.print(
+                f"  accuracy gate: {escape(str(gate['verdict']))} ({gate.get('compared', 0):,} answers compared"
+                f"{differ}; {escape(str(gate['rule']))})",
+                highlight=False,
+            )
         for reason in w["validity"]["reasons"]:
             console.print(f"  [dim]{escape(reason)}[/dim]", highlight=False)
     print_fabric(report.get("fabric") or {})

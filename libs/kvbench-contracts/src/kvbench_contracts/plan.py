@@ -334,7 +334,12 @@ class Measurement(StrictModel):
     routing: Routing = Field("round_robin", description="How the router spreads requests over engines")
     cache_state: CacheState = Field("empty", description="Cache state before each test point")
     slo: Slo = Field(default_factory=Slo, description="Latency targets for goodput")
-    accuracy_gate: bool = Field(False, description="Compare cached and uncached outputs")
+    accuracy_gate: bool = Field(
+        False,
+        description="Keep a digest of every answer (greedy decoding; up to 10,000 a job) and compare each workload's "
+        "with the baseline workload's to the same requests: identical for a dense model, up to 10% differing for a "
+        "hybrid one; a workload beyond that is invalid, its differing requests named",
+    )
     acceptance: bool = Field(
         False,
         description="The store-and-reload acceptance test (kvbench accept): one job per phase (cold, warm, reset, "

@@ -760,7 +760,9 @@ class Conductor:
                         reset_prefix_cache=workload.acceptance_phase(job.repeat) == "reset"
                         and _reset_route(workload) is not None,
                         reset_route=_reset_route(workload) or "/reset_prefix_cache",
-                        keep_answers=workload.measurement.acceptance,
+                        # the acceptance test compares its passes' answers, the accuracy gate each workload's with
+                        # the baseline's
+                        keep_answers=workload.measurement.acceptance or workload.measurement.accuracy_gate,
                     )
                 )
         log.info(

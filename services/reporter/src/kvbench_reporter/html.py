@@ -229,6 +229,21 @@ def _limits_html(w: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _accuracy_html(gate: dict[str, Any] | None) -> str:
+    """The accuracy gate's verdict under "Did it work?" (plans with measurement.accuracy_gate)."""
+    if not gate:
+        return ""
+    detail = f"{gate.get('compared', 0):,} answers compared with the baseline's"
+    if gate.get("differ") is not None:
+        detail += f", {gate['differ']:,} differ"
+    named = "".join(f"<li><code>{escape(k)}</code></li>" for k in gate.get("differing") or [])
+    return (
+        f"<p id='accuracy-gate'>Accuracy gate: <b>{escape(str(gate['verdict']))}</b> ({escape(detail)}; "
+        f"{escape(str(gate['rule']))}). {escape(str(gate.get('reason') or ''))}</p>"
+        + (f"<ul>{named}</ul>" if named else "")
+    )
+
+
 def _tested_html(tested: list[dict[str, Any]]) -> str:
     """What was tested, first: model, engine and version, tiers, traffic, machines, each engine's command line."""
     if not tested:
@@ -361,7 +376,7 @@ def render_html(report: dict[str, Any]) -> str:
                 if (w.get("time_scale") or 1.0) != 1.0
                 else ""
             )
-            + f"</p><ul>{reasons}</ul>{acceptance_html}"
+            + f"</p><ul>{reasons}</ul>{acceptance_html}{_accuracy_html(w.get('accuracy'))}"
             f"<h3>How fast?</h3><table><tr><th>figure</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th></tr>"
             + "".join(
                 f"<tr><td>{label}</td>{_stat_cells(w[key])}</tr>"

@@ -35,6 +35,7 @@ from kvbench_core.timing import (
     worst_client_timing,
 )
 from kvbench_reporter.acceptance import acceptance
+from kvbench_reporter.accuracy import accuracy_gate
 from kvbench_reporter.fabric import fabric_section
 from kvbench_reporter.store import Store
 from kvbench_reporter.tested import tested_summary
@@ -989,6 +990,12 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             mine = {st.get("deployment_id") for st in workload["stacks"]}
             restarts = [r for r in restarted if r.get("deployment_id") in mine]
             workload["acceptance"] = acceptance(workload, resets, spec.get("model"), answers, restarts)
+        if (spec.get("measurement") or {}).get("accuracy_gate"):
+            gate = accuracy_gate(workload, by_name.get(baseline) if baseline else None, answers, spec.get("model"))
+            workload["accuracy"] = gate
+            if gate["passed"] is False:  # answers that differ beyond the rule: the result is not valid
+                workload["validity"]["verdict"] = "invalid"
+                workload["validity"]["reasons"].insert(0, f"accuracy gate: {gate['reason']}")
     inventories = await store.inventories(sorted({str(st["node_id"]) for w in workloads_out
                                                   for st in w["stacks"] if st.get("node_id")}))  # fmt: skip
     tested = tested_summary(workloads_out, specs, inventories)

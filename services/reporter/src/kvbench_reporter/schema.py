@@ -155,6 +155,12 @@ class Workload(_Open):
     strategy: str = Field(description="Strategy")
     requests: int = Field(description="Every request the workload's jobs sent (rows in request_records)")
     requests_measured: int = Field(description="Requests inside the measured windows")
+    accuracy: dict[str, Any] | None = Field(
+        None,
+        description="The accuracy gate (measurement.accuracy_gate): verdict (passed, failed, reference, not "
+        "checked), answers compared with the baseline's to the same requests, how many differ, the rule, and the "
+        "first differing requests (job:session/turn)",
+    )
     errors: int = Field(description="Errors that started inside the windows")
     window_s: float = Field(description="Summed measured windows, s")
     time_scale: float = Field(
