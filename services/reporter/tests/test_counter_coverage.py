@@ -122,9 +122,8 @@ def test_reads_at_the_windows_edges_count_exactly_the_window() -> None:
         return {**row, "job_id": job, "edge": which, "edge_at": edge_at[which]}
 
     guessed = _deltas(periodic)["prompt_tokens"]
-    exact = counter_deltas(  # type: ignore[arg-type]
-        [*periodic, edge(0.02, "start"), edge(30.05, "end")], T0, END, None, "job-1"
-    )
+    with_edges: Any = [*periodic, edge(0.02, "start"), edge(30.05, "end")]
+    exact = counter_deltas(with_edges, T0, END, None, "job-1")
     assert round(exact["prompt_tokens"], 6) == 3_003.0  # 30.03 s at 100 tokens/s: the reads' own span, nothing more
     assert abs(guessed - 3_000.0) > abs(exact["prompt_tokens"] - 3_000.0)
     [read] = exact["edge_reads"]
@@ -132,7 +131,6 @@ def test_reads_at_the_windows_edges_count_exactly_the_window() -> None:
     assert round(read["start_read_late_s"], 3) == 0.02
     assert round(read["end_read_late_s"], 3) == 0.05
     # another job's edge reads are only samples for this one: the periodic windowing applies
-    other = counter_deltas(  # type: ignore[arg-type]
-        [*periodic, edge(0.02, "start", "job-2"), edge(30.05, "end", "job-2")], T0, END, None, "job-1"
-    )
+    others: Any = [*periodic, edge(0.02, "start", "job-2"), edge(30.05, "end", "job-2")]
+    other = counter_deltas(others, T0, END, None, "job-1")
     assert other["edge_reads"] == []
