@@ -41,7 +41,7 @@ def test_a_hybrid_model_may_differ_within_its_stated_share() -> None:
     gate = accuracy_gate(STORE, BASE, {"b0": SAME, "b1": SAME, "s0": one, "s1": SAME}, "nvidia/Qwen3.6-35B-A3B-NVFP4")
     assert gate["passed"] is True
     assert gate["allowed_share"] == 0.10
-    many = {key: "other" for key in SAME}
+    many = dict.fromkeys(SAME, "other")
     assert accuracy_gate(STORE, BASE, {"b0": SAME, "s0": many}, "nvidia/Qwen3.6-35B-A3B-NVFP4")["passed"] is False
 
 
