@@ -309,6 +309,12 @@ async def records_complete(store: Store, run_id: str) -> bool:
     return True
 
 
+def _label(job: Any) -> str:
+    """A job as a person names it (workload · load · repeat from 1), its id beside it for look-ups."""
+    label = job.get("label") if isinstance(job, dict) else None
+    return f"{label} (job {job['job_id']})" if label else f"job {job['job_id']}"
+
+
 def _slo(spec: dict[str, Any]) -> Slo:
     slo = (spec.get("measurement") or {}).get("slo") or {}
     return Slo(ttft_ms=slo.get("ttft_ms"), tpot_ms=slo.get("tpot_ms"), e2e_ms=slo.get("e2e_ms"))
@@ -399,14 +405,14 @@ def _tier_writes(job: dict[str, Any]) -> tuple[bool, str] | None:
         return None
     if completed == 0:
         return True, (
-            f"job {job['job_id']}: the disk tier stored none of the {submitted:,.0f} chunks handed to it (LMCache's "
+            f"{_label(job)}: the disk tier stored none of the {submitted:,.0f} chunks handed to it (LMCache's "
             "L2 writer completed 0), so nothing it reports was ever on disk. LMCache 0.5.1 fails O_DIRECT writes "
             "silently where the filesystem refuses them: set sizing.disk_tier_direct_io: false, or put the tier on "
             "a filesystem that accepts them"
         )
     if completed < 0.5 * submitted:
         return False, (
-            f"job {job['job_id']}: the disk tier finished {completed:,.0f} of the {submitted:,.0f} chunk writes "
+            f"{_label(job)}: the disk tier finished {completed:,.0f} of the {submitted:,.0f} chunk writes "
             "handed to it in the window; its writer is behind (or failing), so its share of the hits is uncertain"
         )
     return None
@@ -441,7 +447,7 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
         expected = j.get("records_expected")
         if expected is not None and j["requests"] < expected:
             invalid.append(
-                f"job {j['job_id']}: {j['requests']:,} of the {expected:,} records its load generators published are "
+                f"{_label(j)}: {j['requests']:,} of the {expected:,} records its load generators published are "
                 "stored; the rest were lost or had not arrived when this report was built"
             )
     if pooled["requests_measured"] == 0:
@@ -453,31 +459,31 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
         ach = j.get("achieved") or {}
         if ach.get("mode") == "request_rate" and ach.get("ratio") is not None and ach["ratio"] < 0.95:
             (invalid if ach["ratio"] < 0.90 else preliminary).append(
-                f"job {j['job_id']} achieved {ach['achieved_rps']:.2f} of {ach['offered_rps']:.2f} requests/s "
+                f"{_label(j)} achieved {ach['achieved_rps']:.2f} of {ach['offered_rps']:.2f} requests/s "
                 f"({ach['ratio']:.0%})"
             )
         lag = j.get("replay_lag_p99_s")
         if lag is not None and lag > REPLAY_LAG_S:
             preliminary.append(
-                f"job {j['job_id']}: the replay fell behind its schedule (p99 lag {lag * 1e3:.0f} ms, "
+                f"{_label(j)}: the replay fell behind its schedule (p99 lag {lag * 1e3:.0f} ms, "
                 f"above {REPLAY_LAG_S * 1e3:.0f} ms)"
             )
         if j.get("skipped_arrivals"):
             preliminary.append(
-                f"job {j['job_id']}: {j['skipped_arrivals']} arrivals found every session busy and none left to open"
+                f"{_label(j)}: {j['skipped_arrivals']} arrivals found every session busy and none left to open"
             )
         timing = j.get("timing") or {}
         if timing.get("reliable") is False:
-            preliminary.append(f"job {j['job_id']}: TTFT and ITL unreliable: " + "; ".join(timing["reasons"]))
+            preliminary.append(f"{_label(j)}: TTFT and ITL unreliable: " + "; ".join(timing["reasons"]))
         preliminary += [_short_coverage_reason(j["job_id"], gap) for gap in _short_coverage(j)]
         if j.get("stability_cv") is not None and j["stability_cv"] > UNSTABLE_CV:
             preliminary.append(
-                f"job {j['job_id']}: throughput varies over time (CV {j['stability_cv']:.2f} "
+                f"{_label(j)}: throughput varies over time (CV {j['stability_cv']:.2f} "
                 f"over 10 slices, above {UNSTABLE_CV})"
             )
         if (j.get("drift") or {}).get("significant"):
             preliminary.append(
-                f"job {j['job_id']}: TTFT drifts ({j['drift']['relative_change']:+.0%} over the "
+                f"{_label(j)}: TTFT drifts ({j['drift']['relative_change']:+.0%} over the "
                 "window, a significant slope)"
             )
     repeats = int((spec.get("measurement") or {}).get("repeats", 3))
@@ -785,6 +791,8 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
             reason = reason or f"the run ended ({run['status']}) before this job finished"
         entry: dict[str, Any] = {
             "job_id": job["job_id"],
+            # what a person calls the job (repeats counted from 1, as the console counts them)
+            "label": f"{name} · load {float(job['load_level']):g} · repeat {int(job['repeat']) + 1}",
             "load_level": job["load_level"],
             "repeat": job["repeat"],
             "status": status,
@@ -943,7 +951,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 "timing": {
                     "reliable": all((j.get("timing") or {}).get("reliable", True) for j in jobs),
                     "reasons": [
-                        f"job {j['job_id']}: {reason}"
+                        f"{_label(j)}: {reason}"
                         for j in jobs
                         for reason in (j.get("timing") or {}).get("reasons", [])
                     ],
