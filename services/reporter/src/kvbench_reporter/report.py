@@ -483,8 +483,7 @@ def _validity(spec: dict[str, Any], jobs: list[dict[str, Any]], pooled: dict[str
             )
         if (j.get("drift") or {}).get("significant"):
             preliminary.append(
-                f"{_label(j)}: TTFT drifts ({j['drift']['relative_change']:+.0%} over the "
-                "window, a significant slope)"
+                f"{_label(j)}: TTFT drifts ({j['drift']['relative_change']:+.0%} over the window, a significant slope)"
             )
     repeats = int((spec.get("measurement") or {}).get("repeats", 3))
     if repeats < 3:
@@ -951,9 +950,7 @@ async def build_report(store: Store, run_id: str, settings: dict[str, Any] | Non
                 "timing": {
                     "reliable": all((j.get("timing") or {}).get("reliable", True) for j in jobs),
                     "reasons": [
-                        f"{_label(j)}: {reason}"
-                        for j in jobs
-                        for reason in (j.get("timing") or {}).get("reasons", [])
+                        f"{_label(j)}: {reason}" for j in jobs for reason in (j.get("timing") or {}).get("reasons", [])
                     ],
                 },
                 "jobs": jobs,
