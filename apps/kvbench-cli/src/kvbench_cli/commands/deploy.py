@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import socket
@@ -133,6 +134,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                     health = "unreachable"
             services.append({"name": record.name, "pid": record.pid, "running": alive, "health": health})
         nodes, running = _planner_view(client, state)
+    database = _postgres_view(state.database_url, state.pg_dir)
+    services.insert(0, database)
     # a cluster is healthy while a majority of its servers run (one down of three: the run goes on, say so)
     serving = sum(1 for s in servers if s["role"] not in ("down", "electing"))
     healthy = serving > len(servers) // 2 and all(s["running"] and s["health"] in ("ok", "–") for s in services)
@@ -157,6 +160,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     for run in running:
         console.print(f"run in progress: {run['run_id']} ({escape(run['plan_name'])}), {run['progress']:.0%} done")
     return 0 if healthy else 1
+
+
+def _postgres_view(database_url: str, pg_dir: str | None) -> dict[str, Any]:
+    """PostgreSQL as `status` shows it: the embedded server's pid (its postmaster.pid) and whether it takes
+    connections at the database URL's address (an external one: only the latter)."""
+    pid: int | None = None
+    if pg_dir:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int((Path(pg_dir) / "data" / "postmaster.pid").read_text().split()[0])
+    parts = urlsplit(database_url)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432), timeout=2).close()
+        health = "ok"
+    except OSError:
+        health = "unreachable"
+    running = pid_alive(pid) if pid else (pg_dir is None and health == "ok")
+    return {"name": "postgresql", "pid": pid if pg_dir else "external", "running": running, "health": health}
 
 
 def _answers(url: str) -> bool:
