@@ -579,7 +579,8 @@ def split_binary_records(body: bytes, loads: Any = json.loads) -> tuple[dict[str
 
 
 # what a sampled process is in its stack: an engine (both, prefill, decode), its router, or a cache server beside them
-SampledRole = Literal["both", "prefill", "decode", "router", "cache_server"]
+# kv_transfer: an engine's own KV transfer agent, read on its own endpoint (NIXL's telemetry exporter)
+SampledRole = Literal["both", "prefill", "decode", "router", "cache_server", "kv_transfer"]
 
 
 class EngineSampled(Envelope):

@@ -332,6 +332,7 @@ class NodeAgent:
         targets: list[tuple[str, str, SampledRole]] = [
             (e.engine_id, e.metrics_url, e.role) for e in deployment.endpoints
         ] + [(f"{self.node_id}-{name}", url, "cache_server") for name, url in deployment.scrape_only]
+        targets += [(f"{self.node_id}-{name}", url, "kv_transfer") for name, url in deployment.transfer_agents]
 
         async def fetch(url: str) -> str | BaseException:
             try:
@@ -362,7 +363,7 @@ class NodeAgent:
                     role=role,
                     values=values,
                     normalized=normalized,
-                    gpus=gpus if role != "cache_server" else [],
+                    gpus=gpus if role not in ("cache_server", "kv_transfer") else [],
                     job_id=edge.job_id if edge else None,
                     edge=edge.edge if edge else None,
                     edge_at=edge.edge_at if edge else None,

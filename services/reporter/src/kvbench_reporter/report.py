@@ -210,7 +210,7 @@ def counter_deltas(
                 power += [g["power_w"] for g in gpus if "power_w" in g]
                 util += [g["utilization_pct"] for g in gpus if "utilization_pct" in g]
     return {
-        "engines": sum(1 for engine_id in living if role_of[engine_id] != "cache_server"),
+        "engines": sum(1 for engine_id in living if role_of[engine_id] not in ("cache_server", "kv_transfer")),
         **totals,
         "by_role": by_role,
         # engines whose scrapes span too little of the window: their counts (and the sums above) are low

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbench_stacks.recipes.model import ProcessSpec, RenderContext
-from kvbench_stacks.recipes.ports import engine_port
+from kvbench_stacks.recipes.ports import PORTS, engine_port
 
 
 class UnknownStackError(ValueError):
@@ -85,6 +85,23 @@ def served_name(ctx: RenderContext) -> list[str]:
     if ctx.model_path is None or "served_model_name" in ctx.engine.args:
         return []
     return ["--served-model-name", ctx.model]
+
+
+def nixl_telemetry(spec: ProcessSpec, slot: EngineSlot) -> ProcessSpec:
+    """NIXL's own telemetry on an engine whose KV moves over NIXL with no counter of its bytes (LMCache's NIXL channel
+    creates its agent without telemetry; TensorRT-LLM's collector has no transfer series): its Prometheus exporter
+    plug-in (src/plugins/telemetry/prometheus: NIXL_TELEMETRY_ENABLE, NIXL_TELEMETRY_EXPORTER=prometheus, one port
+    per process, NIXL_TELEMETRY_PROMETHEUS_PORT; agent_tx_bytes_total counts what the agent's transfers moved)."""
+    port = PORTS["nixl_telemetry"] + slot.index
+    env = {"NIXL_TELEMETRY_ENABLE": "y", "NIXL_TELEMETRY_EXPORTER": "prometheus",
+           "NIXL_TELEMETRY_PROMETHEUS_PORT": str(port)}  # fmt: skip
+    return spec.model_copy(
+        update={
+            "env": {**spec.env, **env},
+            "ports": {**spec.ports, "nixl_telemetry": port},
+            "telemetry": [*spec.telemetry, (port, "/metrics")],
+        }
+    )
 
 
 def image_for(ctx: RenderContext, default: str) -> str:

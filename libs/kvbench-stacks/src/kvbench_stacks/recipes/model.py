@@ -25,6 +25,11 @@ class ProcessSpec(BaseModel):
     ports: dict[str, int] = Field(default_factory=dict, description="Every port the process listens on")
     health: tuple[Literal["http", "tcp"], int, str] = Field(description="(kind, port, path)")
     metrics: tuple[int, str] | None = Field(None, description="(port, path) of its Prometheus metrics")
+    telemetry: list[tuple[int, str]] = Field(
+        default_factory=list,
+        description="Further Prometheus endpoints (port, path) of the process: NIXL's telemetry exporter, whose "
+        "agent counts the KV bytes a transfer moves where the engine counts none",
+    )
     gpus: list[int] = Field(default_factory=list)
     binary: str = Field(description="Executable that must exist for the process launcher")
     image: str | None = Field(None, description="Container image for the docker launcher")

@@ -11,6 +11,7 @@ from kvbench_stacks.recipes.common import (
     head_first,
     head_last,
     host_of,
+    nixl_telemetry,
     place,
 )
 from kvbench_stacks.recipes.engines import trtllm
@@ -56,7 +57,8 @@ def trtllm_pd(ctx: RenderContext) -> Machines:  # stacks.md 3, disaggregated ove
         )
         # NIXL's plugin for the KV transfer: read by the engines' cache transceiver (its NIXL agent), not the
         # disaggregated proxy, which moves no KV; UCX is its default, named so a site's environment cannot change it
-        return spec.model_copy(update={"env": {**spec.env, "TRTLLM_NIXL_KVCACHE_BACKEND": "UCX"}})
+        # TensorRT-LLM's metrics collector has no transfer series: NIXL's own telemetry counts the bytes
+        return nixl_telemetry(spec.model_copy(update={"env": {**spec.env, "TRTLLM_NIXL_KVCACHE_BACKEND": "UCX"}}), s)
 
     out = place(slots, engine)
     disagg = {

@@ -15,6 +15,7 @@ from kvbench_stacks.recipes.common import (
     head_last,
     host_of,
     kv_transfer_config,
+    nixl_telemetry,
     offload_bytes,
     place,
 )
@@ -154,6 +155,7 @@ def vllm_pd_nixl_lmcache(ctx: RenderContext) -> Machines:  # stacks.md 1.10 (sta
             files={name: yaml.safe_dump(cfg, sort_keys=False)},
             prefix_cache=False,
         )
+        spec = nixl_telemetry(spec, s)  # LMCache's NIXL channel counts no bytes itself
         if s.role == "decode":
             spec = spec.model_copy(
                 update={

@@ -61,6 +61,8 @@ class Deployment:
     # processes beside the engines whose /metrics are read too (an LMCache server's hits by tier and L2 writes, a
     # Mooncake master's): (process name, metrics URL); never sent requests
     scrape_only: list[tuple[str, str]] = field(default_factory=list)
+    # an engine's own further endpoints (NIXL's telemetry): (name, url), read as its KV transfer agent
+    transfer_agents: list[tuple[str, str]] = field(default_factory=list)
 
     def stop(self) -> None:
         # reverse start order: routers before engines before stores

@@ -160,6 +160,10 @@ class ProcessLauncher:
                     version = await engine_version(f"http://127.0.0.1:{spec.health[1]}")
                     if version:
                         deployment.facts[f"{spec.name}.version"] = version
+                for telemetry_port, telemetry_path in spec.telemetry:
+                    deployment.transfer_agents.append(
+                        (f"{spec.name}-nixl", f"http://127.0.0.1:{telemetry_port}{telemetry_path}")
+                    )
                 if spec.metrics and not spec.serves_requests and spec.role in ("lmcache", "master", "store"):
                     deployment.scrape_only.append((spec.name, f"http://127.0.0.1:{spec.metrics[0]}{spec.metrics[1]}"))
                 if spec.serves_requests or spec.role in ("engine", "prefill", "decode"):
