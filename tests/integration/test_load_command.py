@@ -213,3 +213,49 @@ async def test_workers_below_one_is_refused(mock_url: str, tmp_path: Path) -> No
     )  # fmt: skip
     assert code == 2
     assert "--workers" in err
+
+
+async def test_the_api_key_headers_and_the_session_header_reach_the_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint behind a key and a session-affinity router: the key from OPENAI_API_KEY (never the command line),
+    a gateway header, and each request's session id in the header the router keys on."""
+    from aiohttp import web  # noqa: PLC0415
+
+    seen: list[dict[str, str]] = []
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        seen.append(dict(request.headers))
+        if request.headers.get("Authorization") != "Bearer sk-test-123":
+            return web.Response(status=401)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices": [{"text": " a", "index": 0}]}\n\n')
+        usage = b'{"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 1}}'
+        await response.write(b"data: " + usage + b"\n\ndata: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.add_routes([web.post("/v1/completions", completions)])
+    server = TestServer(app)
+    await server.start_server()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123")
+    try:
+        code, _, err = await _kvbench(
+            "load", "--endpoint", str(server.make_url("")).rstrip("/"), "--model", "m", "--shape", "synthetic_sessions",
+            "--users", "2", "--duration-s", "1", "--header", "X-Tenant: lab", "--session-header", "X-Session-ID",
+            "--records", str(tmp_path / "r.jsonl"),
+        )  # fmt: skip
+        assert code == 0, err
+        assert seen
+        assert all(h["Authorization"] == "Bearer sk-test-123" and h["X-Tenant"] == "lab" for h in seen)
+        assert len({h["X-Session-ID"] for h in seen}) >= 2  # two users: two sessions, each named in its requests
+        code, _, err = await _kvbench(
+            "load", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--users", "1", "--header", "no colon",
+            "--records", str(tmp_path / "never.jsonl"),
+        )  # fmt: skip
+        assert code == 2
+        assert "--header" in err
+        assert "sk-test-123" not in err
+    finally:
+        await server.close()

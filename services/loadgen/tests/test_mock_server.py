@@ -73,7 +73,7 @@ async def test_http_errors_resets_and_reused_connections_are_classified() -> Non
         broken = await stream_completion(None, base + "/cut", {"prompt": "x", "max_tokens": 2}, False, 5)
         assert broken.error == "connection_reset"
         refused = await stream_completion(None, "http://127.0.0.1:9", {"prompt": "x"}, False, 2)
-        assert refused.error == "connection_reset"
+        assert refused.error == "connection_refused"  # nothing listens: said apart from a connection cut
     finally:
         await server.close()
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
 import shutil
 import sys
 import time
@@ -85,6 +87,25 @@ def add_load_parser(sub: Any) -> None:
         metavar="N",
         help="connections to open before the load starts (default: --users, or --max-concurrency; 0: none); "
         "connection set-up is reported apart from TTFT either way",
+    )
+    auth = p.add_argument_group("the endpoint's keys and headers")
+    auth.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="a file holding the endpoint's API key, sent as 'Authorization: Bearer KEY' (default: the "
+        "OPENAI_API_KEY variable; never given on the command line, where anyone on the machine could read it)",
+    )
+    auth.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: value'",
+        help="a header sent with every request (repeat for several), e.g. a gateway's routing header",
+    )
+    auth.add_argument(
+        "--session-header",
+        metavar="NAME",
+        help="send each request's session id in this header, for session-affinity routers (e.g. X-Session-ID)",
     )
     out = p.add_argument_group("output")
     out.add_argument("--records", required=True, metavar="FILE.jsonl")
@@ -236,6 +257,8 @@ async def _run(
         time_scale=args.engine_speed,
         preconnect=share.split(args.preconnect),
         start_at=start_at,
+        headers=args.request_headers,
+        session_header=args.session_header,
     )
     written = [0]
 
@@ -401,6 +424,31 @@ def _drive_workers(args: argparse.Namespace, traffic: dict[str, Any], path: Path
     return _Outcome(merged, done[0][3], list(done[0][4]), sum(done[i][2] for i in range(count)), client)
 
 
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an HTTP token (RFC 9110)
+
+
+def request_headers(given: list[str], key_file: str | None, key_variable: str | None) -> dict[str, str]:
+    """The headers every request carries: each ``--header 'Name: value'``, and the API key as a bearer token (from
+    --api-key-file, else OPENAI_API_KEY). A malformed one raises ValueError naming the flag."""
+    out: dict[str, str] = {}
+    for raw in given:
+        name, sep, value = raw.partition(":")
+        if not sep or not _HEADER_NAME.match(name.strip()) or "\n" in value or "\r" in value:
+            raise ValueError(f"--header: {raw[:60]!r} is not 'Name: value' (e.g. --header 'X-Tenant: lab')")
+        out[name.strip()] = value.strip()
+    key = key_variable
+    if key_file is not None:
+        try:
+            key = Path(key_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"--api-key-file: cannot read {key_file} ({exc.strerror})") from None
+        if not key:
+            raise ValueError(f"--api-key-file: {key_file} is empty")
+    if key:
+        out["Authorization"] = f"Bearer {key}"
+    return out
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     from kvbench_contracts.events import SEND_LATE_MS  # noqa: PLC0415
     from kvbench_contracts.records import RequestRecord  # noqa: PLC0415
@@ -428,6 +476,14 @@ def cmd_load(args: argparse.Namespace) -> int:
         return 2
     if not args.engine_speed > 0:
         sys.stderr.write("error: --engine-speed: must be above 0 (1 for real engines; a sim engine's --speed)\n")
+        return 2
+    try:
+        args.request_headers = request_headers(args.header, args.api_key_file, os.environ.get("OPENAI_API_KEY"))
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    if args.session_header is not None and not _HEADER_NAME.match(args.session_header):
+        sys.stderr.write(f"error: --session-header: {args.session_header!r} is not a header name (e.g. X-Session-ID)\n")
         return 2
     if args.workers < 1:
         sys.stderr.write("error: --workers: must be at least 1 (one process per core at most is useful)\n")

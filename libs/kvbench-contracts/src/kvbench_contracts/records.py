@@ -87,7 +87,9 @@ class RequestRecord(BaseModel):
     output_tokens: int = Field(default=0, description="Output tokens (server usage when reported)")
     cached_tokens: int | None = Field(default=None, description="usage.prompt_tokens_details.cached_tokens")
     ok: bool = Field(description="True when the request completed without error")
-    error: str | None = Field(default=None, description="timeout | http_<status> | connection_reset | bad_stream | ...")
+    error: str | None = Field(
+        default=None, description="timeout | http_<status> | connection_refused | connection_reset | bad_stream | ..."
+    )
     shard: str | None = Field(default=None, description="Id of the load generator that sent it")
     connect_s: float | None = Field(
         default=None,

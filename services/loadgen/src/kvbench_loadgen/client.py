@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kvbench_loadgen.sse import HttpError, post_stream, wait_until
+from kvbench_loadgen.sse import ConnectFailedError, HttpError, post_stream, wait_until
 
 __all__ = ["StreamResult", "stream_completion"]
 
@@ -114,6 +114,8 @@ async def stream_completion(
         _apply_all(result, response.events)
     except TimeoutError:
         result.error = "timeout"
+    except ConnectFailedError:  # nothing listens there, or it cannot be reached: no request was sent
+        result.error = "connection_refused"
     except (HttpError, ConnectionResetError):
         result.error = "connection_reset"
     except (orjson.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
@@ -152,6 +154,8 @@ async def _stream_aiohttp(
                         _apply(result, orjson.loads(data), now)
     except TimeoutError:
         result.error = "timeout"
+    except aiohttp.ClientConnectorError:
+        result.error = "connection_refused"
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionResetError):
         result.error = "connection_reset"
     except (orjson.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):

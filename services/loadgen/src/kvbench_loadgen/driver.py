@@ -74,6 +74,10 @@ class DriveConfig:
     # the monotonic time the load starts at, shared by workers that split one schedule (processes of one machine
     # read the same CLOCK_MONOTONIC, so their records' times line up); None: as soon as the connections are open
     start_at: float | None = None
+    # sent with every request: an API key's Authorization, a gateway's own headers (kvbench load --api-key, --header)
+    headers: dict[str, str] = field(default_factory=dict)
+    # a header carrying the session's id, for session-affinity routers (llm-d, vLLM production stack: X-Session-ID)
+    session_header: str | None = None
 
 
 # the acceptance test's answer digests travel in one JobFinished message (NATS: 1 MB): ~40 bytes each
@@ -296,9 +300,11 @@ class Driver:
         try:
             if self._limit is not None:
                 async with self._limit:
-                    result = await self._stream(endpoint.base_url, payload, turn.chat, request_id, due)
+                    result = await self._stream(
+                        endpoint.base_url, payload, turn.chat, request_id, due, session.session_id
+                    )
             else:
-                result = await self._stream(endpoint.base_url, payload, turn.chat, request_id, due)
+                result = await self._stream(endpoint.base_url, payload, turn.chat, request_id, due, session.session_id)
         except asyncio.CancelledError:
             # cut off at the end of the drain time: a timeout, recorded (it may lie in the window)
             self._emit(session, number, turn, StreamResult(t0=started, error="timeout"), request_id)
@@ -313,16 +319,26 @@ class Driver:
         return result.ok
 
     async def _stream(
-        self, base_url: str, payload: dict[str, object], chat: bool, request_id: str, due: float | None = None
+        self,
+        base_url: str,
+        payload: dict[str, object],
+        chat: bool,
+        request_id: str,
+        due: float | None = None,
+        session_id: str | None = None,
     ) -> StreamResult:
         assert self._http is not None
+        cfg = self.config
+        headers = {**cfg.headers, "X-Request-Id": request_id}
+        if cfg.session_header and session_id is not None:
+            headers[cfg.session_header] = session_id
         return await stream_completion(
             self._http,
             base_url,
             payload,
             chat=chat,
-            timeout_s=self.config.request_timeout_s,
-            headers={"X-Request-Id": request_id},
+            timeout_s=cfg.request_timeout_s,
+            headers=headers,
             not_before=due,
         )
 

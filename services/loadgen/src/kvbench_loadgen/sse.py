@@ -31,11 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-__all__ = ["HttpError", "SseResponse", "post_stream", "preconnect"]
+__all__ = ["ConnectFailedError", "HttpError", "SseResponse", "post_stream", "preconnect"]
 
 
 class HttpError(ConnectionError):
     """The connection failed or the response could not be read."""
+
+
+class ConnectFailedError(HttpError):
+    """No connection could be opened (refused, unreachable, no address): nothing was sent."""
 
 
 @dataclass
@@ -309,7 +313,7 @@ async def post_stream(
                 try:
                     connection = await _Connection.open(host, port)
                 except OSError as exc:
-                    raise HttpError(str(exc)) from exc
+                    raise ConnectFailedError(str(exc)) from exc
                 connect_s = time.monotonic() - opening
             data = head.encode() + body
             if not_before is not None:
