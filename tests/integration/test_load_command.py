@@ -259,3 +259,26 @@ async def test_the_api_key_headers_and_the_session_header_reach_the_endpoint(
         assert "sk-test-123" not in err
     finally:
         await server.close()
+
+
+async def test_a_trace_shorter_than_the_duration_is_measured_over_the_time_it_lasted(
+    mock_url: str, tmp_path: Path
+) -> None:
+    """Three requests in one second, --duration-s 20: the throughput is over the second the trace lasted (what
+    `report analyze` of the same records gives), not divided by the 20 s configured."""
+    trace = tmp_path / "short.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 64, "output_length": 8, "hash_ids": [i]})
+                             + "\n" for i, t in enumerate((0, 500, 1000))))  # fmt: skip
+    records = tmp_path / "r.jsonl"
+    code, out, err = await _kvbench(
+        "load", "--endpoint", mock_url, "--model", "m", "--shape", "trace_replay", "--trace", str(trace),
+        "--duration-s", "20", "--records", str(records), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["load_end_s"] < 5
+    code, out, _ = await _kvbench("report", "analyze", str(records), "--json")
+    assert code == 0
+    [workload] = json.loads(out)["workloads"]
+    assert workload["window_s"] == pytest.approx(summary["load_end_s"])
+    assert workload["output_tokens_per_s"] == pytest.approx(summary["output_tokens_per_s"])

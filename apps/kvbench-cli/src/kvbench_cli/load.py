@@ -507,7 +507,9 @@ def cmd_load(args: argparse.Namespace) -> int:
         return 2
     result, written, client = outcome.result, outcome.written, outcome.client
     records = [RequestRecord.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    load_end = args.duration_s if args.duration_s > 0 else result.load_end_s
+    # the load's end: the duration, or the last answer where the source ran out before it (a trace shorter than
+    # --duration-s: its throughput is over the time it lasted, as `report analyze` of its records computes it)
+    load_end = result.load_end_s or args.duration_s
     warmup = result.warmup_s
     figures = analyze(records, warmup, load_end, Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms))
     lags = sorted(result.replay_lags_s)

@@ -229,6 +229,9 @@ class Driver:
                 main = asyncio.ensure_future(self._closed_loop())
             wait_s = self._wall(cfg.duration_s) + cfg.drain_timeout_s if bounded else None
             done, _ = await asyncio.wait([main], timeout=wait_s)
+            # a finite source (a trace, sessions) that ran out before the deadline: the load ended with its last
+            # answer, and rates over the whole configured duration would count idle time
+            ran_out = bounded and main in done and time.monotonic() < self._deadline
             if main not in done:
                 main.cancel()  # requests still running after the drain time are recorded as timeouts
                 # a request stuck where cancelling does not reach (a socket call that ignores it) must not hold
@@ -248,7 +251,7 @@ class Driver:
             elif "start" in self._edges_said:
                 self._edge("end")  # an unbounded load's end (its last session, its last document round)
             gc.unfreeze()
-        self.result.load_end_s = cfg.duration_s if bounded else self.result.load_end_s
+        self.result.load_end_s = cfg.duration_s if bounded and not ran_out else self.result.load_end_s
         if self._measured_span and self.source.measure_phases:
             self.result.warmup_s, self.result.load_end_s = self._measured_span[0], self._measured_span[1]
         return self.result
