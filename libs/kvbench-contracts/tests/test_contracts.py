@@ -188,15 +188,15 @@ def test_the_columnar_form_refuses_what_its_arrays_cannot_hold() -> None:
             encode_scalar_columns({**good, column: [value]})
 
 
-@pytest.mark.parametrize("name", ["leaf1.", "leaf1..b", ".leaf1", "a" * 64])
-def test_a_switch_name_that_cannot_be_a_kv_key_is_refused(name: str) -> None:
+@pytest.mark.parametrize("name", ["leaf1.", "leaf1..b", ".leaf1", "a" * 64, "leaf1.lab", "leaf 1", "leaf*", "leaf>"])
+def test_a_switch_name_that_cannot_be_a_kv_key_or_a_subject_token_is_refused(name: str) -> None:
     from kvbench_contracts.fabric import SwitchSpec  # noqa: PLC0415
 
     with pytest.raises(ValidationError):
         SwitchSpec(name=name, address="10.0.0.1")
 
 
-def test_a_dotted_switch_name_is_accepted() -> None:
+def test_a_switch_name_of_one_subject_token_is_accepted() -> None:
     from kvbench_contracts.fabric import SwitchSpec  # noqa: PLC0415
 
-    assert SwitchSpec(name="leaf1.dc-2", address="10.0.0.1").name == "leaf1.dc-2"
+    assert SwitchSpec(name="leaf1-dc_2", address="leaf1.dc-2.lab").name == "leaf1-dc_2"

@@ -42,3 +42,26 @@ async def test_a_failing_round_is_survived_and_reported_until_one_succeeds() -> 
     assert published, "the loop died or never recovered"
     assert max(seen_failing) >= 1  # unhealthy while it failed
     assert poller.failing_rounds == 0  # healthy again once a round succeeded
+
+
+async def test_one_switch_that_cannot_be_read_or_published_never_stops_the_others() -> None:
+    good = SwitchConfig(name="leaf1", address="10.0.0.1", snmp_version="2c", secret="login")
+    bad = SwitchConfig(name="leaf2", address="10.0.0.2", snmp_version="2c", secret="login")
+    published: list[Envelope] = []
+
+    async def publish(event: Envelope) -> None:
+        published.append(event)
+
+    async def read(config: SwitchConfig, _: str) -> SwitchPoll:
+        if config.name == "leaf2":
+            raise RuntimeError("nats: permissions violation")  # what a bad subject or a driver's bug raises
+        return SwitchPoll(switch=config.name, sys_name=config.name, uptime_ticks=1)
+
+    key = SecretsKey(bytes(32))
+    stored = {"login": key.encrypt("c")}
+    entries = {c.name: c.model_dump_json().encode() for c in (good, bad)}
+    poller = Poller(lambda: entries, lambda: stored, publish, read, key.decrypt)
+    await poller.poll_once()  # no exception: the round did not fail as a whole
+    assert [getattr(e, "switch", None) for e in published] == ["leaf1"]
+    assert poller.status["leaf2"].ok is False
+    assert "permissions violation" in str(poller.status["leaf2"].error)

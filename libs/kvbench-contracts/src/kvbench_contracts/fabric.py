@@ -30,11 +30,12 @@ class _Frozen(BaseModel):
 class SwitchSpec(_Frozen):
     """How to read one switch, without its login (the API takes the login; the registry stores it as a secret)."""
 
-    # also a JetStream KV key: dots only between other characters (a key may not end in a dot or hold two)
+    # a JetStream KV key and one token of the subjects its readings are published on (kvbench.switch.<name>.sampled):
+    # no dot, space, '*' or '>' (a dotted name was stored, then every polling round failed to publish)
     name: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
         max_length=63,
-        description="Switch name (usually its sysName)",
+        description="Switch name: letters, digits, '-' and '_' (its sysName's host part: leaf1 for leaf1.lab)",
     )
     address: str = Field(min_length=1, description="Poll endpoint: host or IP")
     port: int = Field(161, ge=1, le=65535, description="SNMP UDP port, or gNMI TCP port (default 9339 for gNMI)")

@@ -61,7 +61,17 @@ class Poller:
         return out
 
     async def poll_once(self) -> None:
-        await asyncio.gather(*(self._poll_switch(config) for config in self.configs()))
+        """Every switch read once; one whose reading or publishing fails is logged and marked unread, and never stops
+        the others. The round fails (and backs off) only when every switch failed."""
+        configs = self.configs()
+        results = await asyncio.gather(*(self._poll_switch(config) for config in configs), return_exceptions=True)
+        failed = [(c, r) for c, r in zip(configs, results, strict=True) if isinstance(r, BaseException)]
+        for config, error in failed:
+            status = self.status.setdefault(config.name, SwitchStatus())
+            status.ok, status.error = False, f"switch {config.name}: {type(error).__name__}: {error}"[:500]
+            log.error("switch poll failed", extra={"switch": config.name, "error": status.error})
+        if configs and len(failed) == len(configs):
+            raise failed[0][1]
 
     async def _poll_switch(self, config: SwitchConfig) -> None:
         status = self.status.setdefault(config.name, SwitchStatus())
