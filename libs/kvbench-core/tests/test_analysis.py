@@ -190,6 +190,11 @@ def test_workloads_run_one_after_the_other_are_not_added_up() -> None:
     assert [(g["job_id"], g["workload"]) for g in by_job] == [("a-0", "a"), ("b-0", "b"), ("b-1", "b")]
     # no load end given: each job's window ends at its own last request's end (0.9 + 0.4)
     assert by_job[0]["window_s"] == pytest.approx(1.3)
+    # each job's own window, as its report used it (an export's metadata): b-1 warmed up for 0.5 s
+    own = {g["job_id"]: g for g in analyze_grouped(records, "job", 0.0, None, None, {"b-1": (0.5, 2.0)})}
+    assert own["b-1"]["window_s"] == pytest.approx(1.5)
+    assert own["b-1"]["requests_measured"] == 5  # those sent from 0.5 s on
+    assert own["a-0"]["window_s"] == pytest.approx(1.3)  # the others as before
 
 
 def test_merged_reads_and_client_lag_mark_timing_unreliable() -> None:

@@ -211,6 +211,7 @@ def analyze_grouped(
     warmup_s: float,
     load_duration_s: float | None,
     slo: Slo | None = None,
+    windows: dict[str, tuple[float, float | None]] | None = None,
 ) -> list[dict[str, Any]]:
     """``kvbench report analyze``'s figures per workload or per job, never pooled across workloads.
 
@@ -226,14 +227,15 @@ def analyze_grouped(
     names: dict[str, str] = {}
     sent: dict[str, int] = defaultdict(int)
     for job_id, rows in jobs.items():
-        load_end = load_duration_s
+        # ``windows``: a job's own (warm-up, load end) as its report used them (an export's metadata)
+        warmup, load_end = windows[job_id] if windows and job_id in windows else (warmup_s, load_duration_s)
         if load_end is None:
             load_end = max(r.start_s + (r.e2e_s or 0.0) for r in rows)
-        measured, errors = select_measured(Columns.from_records(rows), warmup_s, load_end)
+        measured, errors = select_measured(Columns.from_records(rows), warmup, load_end)
         key = rows[0].workload if by == "workload" else job_id
         names[key] = rows[0].workload
         sent[key] += len(rows)
-        groups[key].append((measured, errors, max(0.0, load_end - warmup_s)))
+        groups[key].append((measured, errors, max(0.0, load_end - warmup)))
     out = []
     for key, parts in groups.items():
         pooled = figures(

@@ -9,13 +9,13 @@ from typing import Any
 
 import httpx
 
-from kvbench_cli.api import ApiError, resolve_endpoints
+from kvbench_cli.api import ApiError, fetch_report, resolve_endpoints
 from kvbench_cli.commands.runs import add_endpoint_args
 from kvbench_cli.console import (
     console,
 )
 
-__all__ = ["register"]
+__all__ = ["export_metadata", "metadata_path", "register"]
 
 
 def cmd_records_export(args: argparse.Namespace) -> int:
@@ -31,8 +31,35 @@ def cmd_records_export(args: argparse.Namespace) -> int:
             raise ApiError(f"records of {args.run_id}: HTTP {response.status_code}", response.status_code)
         lines = (line for line in response.iter_lines() if line.strip())
         count = write_records(lines, out, args.format)
-    console.print(f"wrote {count:,} records to {out}")
+    meta = metadata_path(out)
+    meta.write_text(json.dumps(export_metadata(fetch_report(endpoints, args.run_id)), indent=2) + "\n")
+    console.print(f"wrote {count:,} records to {out}, and what was tested and each job's window to {meta}")
     return 0
+
+
+def metadata_path(records: Path) -> Path:
+    """The export's metadata file beside it: ``RUN.jsonl`` -> ``RUN.jsonl.meta.json``."""
+    return records.with_name(records.name + ".meta.json")
+
+
+def export_metadata(report: dict[str, Any]) -> dict[str, Any]:
+    """What the records measured (the report's ``tested``) and each job's measured window as the report used it, so
+    `kvbench report analyze` of the export computes the report's figures by default."""
+    return {
+        "run_id": report.get("run_id"),
+        "plan_name": report.get("plan_name"),
+        "tested": report.get("tested") or [],
+        "jobs": {
+            str(job["job_id"]): {
+                "workload": w["name"],
+                "warmup_s": job.get("warmup_s"),
+                "load_duration_s": job.get("load_duration_s"),
+                "label": job.get("label"),
+            }  # fmt: skip
+            for w in report.get("workloads", [])
+            for job in w.get("jobs", [])
+        },
+    }
 
 
 def write_records(lines: Any, out: Path, fmt: str) -> int:

@@ -65,7 +65,17 @@ def cmd_report_analyze(args: argparse.Namespace) -> int:
         err_console.print("[red]no request records[/red] in " + escape(", ".join(args.files)))
         return 2
     slo = Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms)
-    groups = analyze_grouped(records, args.by, args.warmup_s, args.load_duration_s, slo)
+    # an export's metadata (kvbench records export writes it beside the file): each job's window as the report used
+    # it, unless the command line gives one
+    windows: dict[str, tuple[float, float | None]] = {}
+    if args.warmup_s is None and args.load_duration_s is None:
+        for path in args.files:
+            meta = Path(path).with_name(Path(path).name + ".meta.json")
+            if meta.is_file():
+                for job_id, job in (json.loads(meta.read_text()).get("jobs") or {}).items():
+                    if job.get("warmup_s") is not None:
+                        windows[job_id] = (float(job["warmup_s"]), job.get("load_duration_s"))
+    groups = analyze_grouped(records, args.by, args.warmup_s or 0.0, args.load_duration_s, slo, windows)
     for group in groups:  # files carry no client lag figures: merged reads are what the records can tell
         group["timing"] = timing_verdict(None, group["merged_chunk_share"])
     key = "workloads" if args.by == "workload" else "jobs"
@@ -92,7 +102,12 @@ def cmd_report_analyze(args: argparse.Namespace) -> int:
 
 def add_analyze_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
-    p.add_argument("--warmup-s", type=float, default=0.0)
+    p.add_argument(
+        "--warmup-s",
+        type=float,
+        default=None,
+        help="each job's warm-up (default: as the report used it, from an export's FILE.meta.json; else 0)",
+    )
     p.add_argument(
         "--load-duration-s", type=float, default=None, help="each job's load end (default: its last request's end)"
     )
