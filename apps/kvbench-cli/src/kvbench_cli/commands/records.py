@@ -55,7 +55,7 @@ def export_metadata(report: dict[str, Any]) -> dict[str, Any]:
                 "warmup_s": job.get("warmup_s"),
                 "load_duration_s": job.get("load_duration_s"),
                 "label": job.get("label"),
-            }  # fmt: skip
+            }
             for w in report.get("workloads", [])
             for job in w.get("jobs", [])
         },
