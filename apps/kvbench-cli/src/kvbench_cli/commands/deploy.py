@@ -104,6 +104,10 @@ def cmd_agent_credentials(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     stopped = LocalDeployment(Path(args.state_dir)).down(wipe=args.wipe)
+    # what a `kvbench demo` killed before it could clean up left behind (it keeps its state in STATE_DIR/demo)
+    demo = LocalDeployment(Path(args.state_dir) / "demo")
+    if demo.load() is not None:
+        stopped += [f"{name} (a killed demo's)" for name in demo.down(wipe=True)]
     console.print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     if args.wipe:
         console.print("deleted the results of every earlier run (database and bus)")
