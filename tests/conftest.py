@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +21,10 @@ from typing import Any
 import pytest
 
 from kvbench_core.embedded import EmbeddedNats, EmbeddedPostgres, ServerNotFoundError
+
+# `kvbench up` records the deployment it started for the user's later commands (~/.config/kvbench): the tests' own
+# deployments are recorded in a folder of theirs, never in the home of whoever runs them
+os.environ.setdefault("XDG_CONFIG_HOME", tempfile.mkdtemp(prefix="kvbench-test-config-"))
 
 
 def _docker_answers() -> bool:

@@ -10,6 +10,7 @@ from kvbench_cli.api import ApiError
 from kvbench_cli.console import err_console
 from kvbench_cli.deployment import StartupError
 from kvbench_cli.parser import build_parser
+from kvbench_cli.statedir import resolve_state_dir
 
 __all__ = ["main"]
 
@@ -21,6 +22,9 @@ def main(argv: list[str] | None = None) -> None:
         args.agent_args = unknown
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if hasattr(args, "state_dir"):
+        starts_one = getattr(args, "command", None) in ("up", "demo")
+        args.state_dir = resolve_state_dir(args.state_dir, starts_one)
     try:
         code = args.func(args)
     except (ApiError, StartupError) as exc:

@@ -22,7 +22,12 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvbench", description="Benchmark distributed KV-cache strategies")
-    parser.add_argument("--state-dir", default=".kvbench", help="where `up` keeps its pids, logs and data")
+    parser.add_argument(
+        "--state-dir",
+        default=None,
+        help="where `up` keeps its pids, logs and data (default: KVBENCH_STATE_DIR, else ./.kvbench when it holds a "
+        "deployment, else the one your last `kvbench up` started)",
+    )
     parser.add_argument("--version", action="version", version=f"kvbench {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:

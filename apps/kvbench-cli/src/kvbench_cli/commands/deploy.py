@@ -20,6 +20,7 @@ from kvbench_cli.console import (
     console,
 )
 from kvbench_cli.deployment import LocalDeployment, nats_server_view, reload_bus_users
+from kvbench_cli.statedir import record_state_dir
 from kvbench_core.procs import pid_alive
 
 __all__ = ["register"]
@@ -49,6 +50,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         console.print(f"           a cluster of {len(state.nats_servers)} NATS servers, every stream and bucket "
                       f"replicated {state.base_env.get('KVBENCH_NATS_REPLICAS', '1')} times")  # fmt: skip
     console.print(f"  logs     {args.state_dir}/logs/   stop with: kvbench down")
+    record_state_dir(args.state_dir)  # later commands find it from any folder
     for note in state.notes:
         console.print(f"  [yellow]note[/yellow] {note}")
     if args.listen:
