@@ -64,6 +64,14 @@ def test_bad_names_and_an_unwritable_state_dir_are_refused(tmp_path: Path) -> No
     bad_file = agent("--config", str(config), "--check")
     assert bad_file.returncode == 2
     assert "line 3 is not KVBENCH_NAME=value" in bad_file.stderr
+    # a bus user made for another machine: refused before anything connects, naming the node id it was made for
+    password = tmp_path / "password"
+    password.write_text("x")
+    other = agent("--nats", "nats://127.0.0.1:1", "--node-id", "gpu2", "--nats-user", "agent-gpu1",
+                  "--nats-password-file", str(password), "--state-dir", str(tmp_path), "--check")  # fmt: skip
+    assert other.returncode == 2
+    assert "--node-id (KVBENCH_NODE_AGENT_NODE_ID)" in other.stderr
+    assert "pass --node-id gpu1" in other.stderr
 
 
 def test_the_token_decides_and_the_agent_heartbeats(guarded_bus: tuple[str, Path], tmp_path: Path) -> None:

@@ -8,16 +8,11 @@ import os
 import secrets
 from pathlib import Path
 
-from kvbench_core.access import Role, nats_users_block, permissions_for
+from kvbench_core.access import Role, agent_user, nats_users_block, permissions_for
 from kvbench_core.bus import NatsAuth
 from kvbench_core.settings import read_secret_file
 
 __all__ = ["BusUsers", "agent_user"]
-
-
-def agent_user(node_id: str) -> str:
-    """The bus user of a machine's agent."""
-    return f"agent-{node_id}"
 
 
 class BusUsers:

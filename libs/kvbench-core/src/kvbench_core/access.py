@@ -44,7 +44,14 @@ from kvbench_contracts.events import (
 )
 from kvbench_contracts.fabric import NicSampled, SwitchSampled, SwitchUnread
 
-__all__ = ["ROLES", "Permissions", "Role", "inbox_prefix", "permissions_for"]
+__all__ = ["ROLES", "Permissions", "Role", "agent_user", "inbox_prefix", "permissions_for"]
+
+
+def agent_user(node_id: str) -> str:
+    """The bus user of a machine's agent: its permissions are scoped to this node id, so an agent started with
+    another --node-id receives no command and is refused every publish of its own."""
+    return f"agent-{node_id}"
+
 
 Role = Literal["admin", "planner", "reporter", "loadgen", "switch_poller", "node_agent", "sim_switch"]
 ROLES: tuple[Role, ...] = ("admin", "planner", "reporter", "loadgen", "switch_poller", "node_agent", "sim_switch")

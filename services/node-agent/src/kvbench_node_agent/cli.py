@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kvbench_core.access import agent_user
 from kvbench_core.bus import NatsAuth, nats_servers
 
 __all__ = ["main"]
@@ -131,6 +132,17 @@ def check_state_dir(path: Path) -> None:
         ) from None
 
 
+def check_identity(node_id: str, user: str | None) -> None:
+    """A machine's bus user is its identity: an agent started as another node id would loop on permission errors."""
+    if user is not None and user.startswith("agent-") and user != agent_user(node_id):
+        raise AgentConfigError(
+            "--node-id (KVBENCH_NODE_AGENT_NODE_ID)",
+            f"{node_id} is not the machine the bus user {user} was made for ({user.removeprefix('agent-')})",
+            f"pass --node-id {user.removeprefix('agent-')}, or make this machine's own user on the control machine: "
+            f"kvbench agent-credentials {node_id}",
+        )
+
+
 def check_bus(url: str, auth: NatsAuth, timeout_s: float = 5.0) -> None:
     """The bus answers at ``url`` (the first of a cluster's URLs) and takes this machine's credentials."""
     parts = urlsplit(nats_servers(url)[0])
@@ -201,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = load_settings(NodeAgentSettings)  # names each bad variable and exits 2
     try:
         check_state_dir(Path(settings.state_dir))
+        check_identity(settings.node_id, settings.nats_user)
         check_bus(settings.nats_url, settings.nats_auth())
     except AgentConfigError as exc:
         _refuse(exc)
