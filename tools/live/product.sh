@@ -49,6 +49,11 @@ rehearsal_env() {
 
 kv() { "${KV[@]}" --state-dir "$STATE" "$@"; }
 
+# the agent runs detached from `up` (as on a GPU machine of its own): `down` leaves it, so it is stopped here
+stop_agent() {
+  if [ -f "$STATE/agent/agent.pid" ]; then kill "$(cat "$STATE/agent/agent.pid")" 2>/dev/null || true; fi
+}
+
 # EAGER=1: the plan's engines without torch.compile and CUDA graphs (vLLM's --enforce-eager): each start takes about
 # 45 s instead of 85-110 s, for a session with little device time left; decode runs slower than in the default mode
 eager_variant() {
@@ -122,6 +127,7 @@ case "${1:?usage: product.sh rehearse|unpack|core|start|wait|down}" in
     wait_run "$(cat "$STATE/run_id")"
     accept
     collect
+    stop_agent
     kv down
     say "done: $OUT"
     ;;
@@ -165,6 +171,7 @@ case "${1:?usage: product.sh rehearse|unpack|core|start|wait|down}" in
     ;;
   down)
     device_env
+    stop_agent
     kv down
     ;;
 esac
