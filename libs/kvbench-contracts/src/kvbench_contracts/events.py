@@ -51,6 +51,7 @@ __all__ = [
     "StackFailed",
     "StackReady",
     "StackStopped",
+    "WindowEdge",
     "split_binary_records",
 ]
 

@@ -15,7 +15,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kvbench_contracts.commands import ReadEngines, RestartEngines, StartStack, StopStack
-from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.envelope import Envelope, utc_now
 from kvbench_contracts.events import (
     EngineSampled,
     EnginesRead,
@@ -342,6 +342,7 @@ class NodeAgent:
                 return exc
 
         texts = await asyncio.gather(*(fetch(url) for _, url, _ in targets))
+        read_at = utc_now()  # the counters' instant: what follows (the disk census, GPU samples) may take a while
         # one count of the disk tier a round, always carried by the first engine (the reporter sums engines, so the
         # machine's count must ride on one series only)
         tier = await asyncio.to_thread(census, deployment.disk_tier_path) if deployment.disk_tier_path else None
@@ -367,6 +368,7 @@ class NodeAgent:
                     job_id=edge.job_id if edge else None,
                     edge=edge.edge if edge else None,
                     edge_at=edge.edge_at if edge else None,
+                    occurred_at=read_at,
                 )
             )
         return len(targets), failed

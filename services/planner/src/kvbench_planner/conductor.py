@@ -34,6 +34,7 @@ from kvbench_contracts.events import (
     StackFailed,
     StackReady,
     StackStopped,
+    WindowEdge,
 )
 from kvbench_contracts.node import Heartbeat, LoadgenHeartbeat, shard_key
 from kvbench_contracts.plan import JobPoint, Plan, SimCluster, Workload
@@ -196,7 +197,7 @@ class Conductor:
         elif isinstance(event, EnginesRestarted):
             key = f"restarted:{event.deployment_id}"
         elif isinstance(event, EnginesRead):
-            key = f"read:{event.deployment_id}:{event.job_id}:{event.edge}"
+            key = _read_key(event.deployment_id, event.job_id, event.edge)
         elif isinstance(event, JobFinished | JobFailed):
             key = f"job:{event.job_id}#{event.shard_index}"
         elif isinstance(event, JobProgressed):
@@ -213,31 +214,24 @@ class Conductor:
                 self._arrived.popitem(last=False)
 
     async def _read_engines(self, edge: JobWindowEdge) -> None:
-        """A job's measured window starts or ends now: every engine of its deployments is read at once (ReadEngines),
-        so its counters are differenced over the window itself (issue: counters at the window's edges)."""
-        for node_id, deployment_id in self._job_deployments.get(edge.job_id, []):
-            await self.publish(
-                ReadEngines(
-                    node_id=node_id,
-                    run_id=edge.run_id,
-                    deployment_id=deployment_id,
-                    job_id=edge.job_id,
-                    edge=edge.edge,
-                    edge_at=edge.at,
-                )
-            )
+        """A job's measured window starts or ends now: every engine of its deployments is read at once, so its
+        counters are differenced over the window itself."""
+        await self._send_reads(edge.run_id, edge.job_id, edge.edge, edge.at)
+
+    async def _send_reads(self, run_id: str, job_id: str, edge: WindowEdge, at: float) -> None:
+        """ReadEngines to every (node, deployment) of the running job."""
+        for node_id, deployment_id in self._job_deployments.get(job_id, []):
+            await self.publish(ReadEngines(node_id=node_id, run_id=run_id, deployment_id=deployment_id, job_id=job_id,
+                                           edge=edge, edge_at=at))  # fmt: skip
 
     async def _read_at_job_edge(self, run_id: str, job_id: str, edge: Literal["job_start", "job_end"]) -> None:
         """Every engine of the job's deployments read now, before its first request or after its last answer, and
         their answers awaited: the counters then bracket exactly the job's requests. An agent that does not answer
         in time is named in the log; the report then falls back to the periodic scrapes for its engines."""
         pairs = self._job_deployments.get(job_id, [])
-        keys = [f"read:{dep}:{job_id}:{edge}" for _, dep in pairs]
+        keys = [_read_key(dep, job_id, edge) for _, dep in pairs]
         futures = [self._expect(key) for key in keys]
-        at = time.time()
-        for node_id, deployment_id in pairs:
-            await self.publish(ReadEngines(node_id=node_id, run_id=run_id, deployment_id=deployment_id, job_id=job_id,
-                                           edge=edge, edge_at=at))  # fmt: skip
+        await self._send_reads(run_id, job_id, edge, time.time())
         done, _ = await asyncio.wait(futures, timeout=EDGE_READ_WAIT_S) if futures else (set(), set())
         for key, future, (node_id, _) in zip(keys, futures, pairs, strict=True):
             self._waiters.pop(key, None)
@@ -813,6 +807,11 @@ class Conductor:
         if job.status == "succeeded":  # its last answer is in: the engines hold exactly what the job added
             await self._read_at_job_edge(state.run_id, job.job_id, "job_end")
         await self.save(state)
+
+
+def _read_key(deployment_id: str, job_id: str, edge: str) -> str:
+    """What an edge read's answer (EnginesRead) is awaited under."""
+    return f"read:{deployment_id}:{job_id}:{edge}"
 
 
 def _reset_route(workload: Workload) -> str | None:

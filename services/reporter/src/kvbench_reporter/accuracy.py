@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench_reporter.acceptance import HYBRID_TOLERANCE
-from kvbench_stacks.hardware import find_model
+from kvbench_reporter.acceptance import answers_may_differ
 
 __all__ = ["accuracy_gate"]
 
@@ -24,9 +23,8 @@ def accuracy_gate(
 ) -> dict[str, Any]:
     """The gate's verdict for ``workload`` against ``baseline`` (their report entries, with ``jobs``); ``answers``:
     job id -> "session/turn" -> digest."""
-    known = find_model(model or "")
-    hybrid = known is not None and known.state_bytes_per_seq > 0
-    allowed = HYBRID_TOLERANCE if hybrid else 0.0
+    allowed = answers_may_differ(model)
+    hybrid = allowed > 0
     rule = (
         f"a hybrid model: up to {allowed:.0%} of answers may differ"
         if hybrid
