@@ -71,7 +71,9 @@ async def test_the_disk_tier_is_counted_on_the_machine_and_sent_once_a_round(
             bus.subscribe_batch([EngineSampled], collect, durable=f"t{uuid.uuid4().hex[:8]}",
                                 filter_subject=EngineSampled.subject_filter(node_id=node))  # fmt: skip
             await agent.handle(command)
-            stored = await bus.js.get_last_msg("KVBENCH_CONTROL", f"kvbench.stack.{command.deployment_id}.ready")
+            stored = await bus.js.get_last_msg(
+                "KVBENCH_CONTROL", StackReady.subject_filter(node_id=node, deployment_id=command.deployment_id)
+            )
             for _ in range(100):
                 if len({s.engine_id for s in seen}) == 2 and len(seen) >= 6:
                     break

@@ -35,7 +35,9 @@ async def test_an_unexpected_launch_error_is_a_stack_failure_not_a_retry(
                              stack="vllm-prefix-gpu", model="acme/secret", engine=EngineSpec(), sim=SimCluster(),
                              launcher="sim")  # fmt: skip
         await agent.handle(command)  # returns: the command is done with, not redelivered
-        stored = await bus.js.get_last_msg("KVBENCH_CONTROL", f"kvbench.stack.{deployment}.failed")
+        stored = await bus.js.get_last_msg(
+            "KVBENCH_CONTROL", StackFailed.subject_filter(node_id="n-errors", deployment_id=deployment)
+        )
     failed = StackFailed.model_validate_json(stored.data or b"")
     assert failed.deployment_id == deployment
     assert "ValueError: no simulator profile for model 'acme/secret'" in failed.reason
@@ -56,7 +58,9 @@ async def test_an_image_the_machine_does_not_allow_fails_the_stack_with_the_sett
                              engine=EngineSpec(args={"image": "evil/miner:latest"}), sim=SimCluster(),
                              launcher="docker")  # fmt: skip
         await agent.handle(command)
-        stored = await bus.js.get_last_msg("KVBENCH_CONTROL", f"kvbench.stack.{deployment}.failed")
+        stored = await bus.js.get_last_msg(
+            "KVBENCH_CONTROL", StackFailed.subject_filter(node_id="n-images", deployment_id=deployment)
+        )
     failed = StackFailed.model_validate_json(stored.data or b"")
     assert "n-images: engine.args.image: the machine does not run the image evil/miner:latest" in failed.reason
     assert "KVBENCH_NODE_AGENT_ALLOWED_IMAGES" in failed.reason
@@ -111,7 +115,9 @@ async def test_a_command_the_agent_cannot_read_fails_its_stack_at_once_with_why(
         deadline = asyncio.get_running_loop().time() + 20
         while True:
             try:
-                stored = await bus.js.get_last_msg("KVBENCH_CONTROL", f"kvbench.stack.{deployment}.failed")
+                stored = await bus.js.get_last_msg(
+                    "KVBENCH_CONTROL", StackFailed.subject_filter(node_id=node, deployment_id=deployment)
+                )
                 break
             except Exception:
                 assert asyncio.get_running_loop().time() < deadline, "the agent never answered the command"

@@ -15,7 +15,8 @@ import nats.js.errors
 import pytest
 
 from kvbench_contracts.commands import StartStack
-from kvbench_contracts.events import JobStarted
+from kvbench_contracts.envelope import Envelope
+from kvbench_contracts.events import JobStarted, StackFailed
 from kvbench_core.access import Role, nats_users_block, permissions_for
 from kvbench_core.bus import Bus, NatsAuth
 from kvbench_core.embedded import EmbeddedNats
@@ -131,3 +132,39 @@ async def test_a_load_generator_and_the_reporter_publish_only_what_they_produce(
                 JobStarted(job_id="J2", run_id="R", workload="w", shard="loadgen-0"), retry_for_s=0.5
             )
     assert not await _stored(bus_url, "KVBENCH_CMD", "kvbench.cmd.node.gpu1.start_stack")
+
+
+async def test_an_agent_cannot_speak_for_another_machine_nor_list_the_others_ids(bus_url: str) -> None:
+    """A forged "stack failed" for another machine's deployment: refused by the bus under that machine's subject, and
+    under the forger's own subject with the other's node id in its body, stored but refused by every reader. A stream's
+    info with a subject filter (every run, job, deployment and secret name in it) is refused to an agent."""
+    received: list[Envelope] = []
+
+    async def handle(event: Envelope) -> None:
+        received.append(event)
+
+    forged = StackFailed(deployment_id="D1", run_id="R", node_id="gpu1", reason="forged")
+    async with (
+        Bus.connect(bus_url, name="planner", auth=_auth("planner")) as planner,
+        Bus.connect(bus_url, name="gpu1", auth=_auth("agent-gpu1")) as gpu1,
+        Bus.connect(bus_url, name="gpu2", auth=_auth("agent-gpu2")) as gpu2,
+    ):
+        planner.subscribe([StackFailed], handle, durable="planner", stream="KVBENCH_CONTROL")
+        with pytest.raises(nats.errors.TimeoutError):
+            await gpu2.publish(forged, retry_for_s=0.5)
+        assert not await _stored(bus_url, "KVBENCH_CONTROL", forged.subject())
+        # the body names gpu1, the subject (the only part the bus checks) gpu2's own
+        own_subject = forged.model_copy(update={"node_id": "gpu2"}).subject()
+        await gpu2.js.publish(own_subject, forged.to_bytes())
+        assert await _stored(bus_url, "KVBENCH_CONTROL", own_subject)
+        await gpu1.publish(StackFailed(deployment_id="D1", run_id="R", node_id="gpu1", reason="its own"))
+        for _ in range(50):
+            if received:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the forged one, published first, would have been read by now
+        assert [(e.node_id, e.reason) for e in received if isinstance(e, StackFailed)] == [("gpu1", "its own")]
+        quick = gpu2.nc.jetstream(timeout=1.0)
+        for stream in ("KVBENCH_CONTROL", "KVBENCH_CMD", "KV_kvbench_secrets", "KV_kvbench_runs"):
+            with pytest.raises(nats.errors.TimeoutError):
+                await quick.stream_info(stream, subjects_filter=">")

@@ -125,7 +125,7 @@ class EngineEndpoint(BaseModel):
 
 class StackReady(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.stack.ready/1"
-    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.ready"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{node_id}.{deployment_id}.ready"
     deployment_id: str
     run_id: str
     node_id: str
@@ -136,7 +136,7 @@ class StackReady(Envelope):
 
 class StackFailed(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.stack.failed/1"
-    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.failed"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{node_id}.{deployment_id}.failed"
     deployment_id: str
     run_id: str
     node_id: str
@@ -145,7 +145,7 @@ class StackFailed(Envelope):
 
 class StackStopped(Envelope):
     SCHEMA: ClassVar[str] = "kvbench.stack.stopped/1"
-    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.stopped"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{node_id}.{deployment_id}.stopped"
     deployment_id: str
     run_id: str
     node_id: str
@@ -155,7 +155,7 @@ class EnginesRestarted(Envelope):
     """A deployment's engines were restarted alone (RestartEngines), or could not be: ``error`` says why."""
 
     SCHEMA: ClassVar[str] = "kvbench.stack.engines_restarted/1"
-    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.engines_restarted"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{node_id}.{deployment_id}.engines_restarted"
     deployment_id: str
     run_id: str
     node_id: str
@@ -170,7 +170,7 @@ class EnginesRead(Envelope):
     edges, so that no request is sent before, nor the next job begun after, the counters it brackets were read."""
 
     SCHEMA: ClassVar[str] = "kvbench.stack.engines_read/1"
-    SUBJECT: ClassVar[str] = "kvbench.stack.{deployment_id}.engines_read"
+    SUBJECT: ClassVar[str] = "kvbench.stack.{node_id}.{deployment_id}.engines_read"
     deployment_id: str
     run_id: str
     node_id: str

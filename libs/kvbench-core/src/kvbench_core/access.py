@@ -163,12 +163,14 @@ def permissions_for(role: Role, user: str, node_id: str = "", shard: str = "") -
     def fill(text: str) -> str:
         return text.replace("{node_id}", node_id).replace("{shard}", shard)
 
-    publish: list[str] = ["$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.*"]
+    # a stream's info only for the buckets a role uses (a bucket is opened by its stream's info): a stream's info
+    # with a subject filter lists every subject in it, which is every run, job and deployment id of the others
+    publish: list[str] = ["$JS.API.INFO", "$JS.API.STREAM.NAMES"]
+    publish += [f"$JS.API.STREAM.INFO.KV_{bucket}"
+                for bucket in dict.fromkeys([*KV_READS[role], *(bucket for bucket, _ in KV_WRITES[role])])]  # fmt: skip
     for message in PUBLISHES[role]:
-        subject = message.SUBJECT
-        if role == "node_agent":
-            subject = subject.replace("{node_id}", node_id)
-        publish.append(message.subject_filter() if "{" in subject else subject)
+        # an agent's facts only under its own node id, where their subject names the node
+        publish.append(message.subject_filter(**({"node_id": node_id} if role == "node_agent" else {})))
     for stream, durable, filter_subject in CONSUMERS[role]:
         name = fill(durable)
         create = f"$JS.API.CONSUMER.CREATE.{stream}.{name}"

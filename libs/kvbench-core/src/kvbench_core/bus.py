@@ -215,8 +215,21 @@ class Bus:
         finally:
             await bus.close()
 
+    async def _stream_names(self) -> set[str]:
+        """The streams that exist (buckets' included), by name only: a user may list names where it may not read
+        a stream's info."""
+        answer = json.loads((await self.nc.request("$JS.API.STREAM.NAMES", b"{}", timeout=5)).data)
+        if "error" in answer:
+            raise nats.js.errors.APIError.from_error(answer["error"])
+        return set(answer.get("streams") or ())
+
     async def ensure_streams(self, streams: Sequence[StreamSpec] = STREAMS) -> None:
+        """Create the streams and buckets that do not exist yet (with users, only the administrator may: a service
+        connecting to a deployment whose streams exist reads nothing here beyond their names)."""
+        existing = await self._stream_names()
         for spec in streams:
+            if spec.name in existing:
+                continue
             config = StreamConfig(
                 name=spec.name,
                 subjects=list(spec.subjects),
@@ -233,7 +246,8 @@ class Bus:
                 with contextlib.suppress(nats.js.errors.BadRequestError):  # created concurrently elsewhere
                     await self.js.add_stream(config)
         for bucket in BUCKETS:
-            await self.kv(bucket.name)
+            if f"KV_{bucket.name}" not in existing:
+                await self.kv(bucket.name)
 
     async def kv(self, bucket: str) -> KeyValue:
         if bucket in self._kv:
@@ -426,9 +440,18 @@ class Bus:
         if model is None:
             return None
         try:
-            return model.model_validate_json(msg.data)
+            event = model.model_validate_json(msg.data)
         except ValidationError as exc:
             return self._poison(msg, durable, str(exc))
+        # a message is what its subject says: the subject is what the bus's permissions check (an agent publishes
+        # under its own node id only), so a body that names another node, run or deployment speaks for someone else
+        try:
+            subject = event.subject()
+        except ValueError as exc:
+            return self._poison(msg, durable, str(exc))
+        if subject != msg.subject:
+            return self._poison(msg, durable, f"its body belongs on {subject}, not {msg.subject}: refused")
+        return event
 
     def _poison(self, msg: Msg, durable: str, error: str) -> Poisoned:
         log.error("poison message terminated", extra={"durable": durable, "subject": msg.subject, "error": error[:300]})

@@ -190,14 +190,17 @@ class Conductor:
         if isinstance(event, JobWindowEdge):
             await self._read_engines(event)
             return
+        # a stack's facts are awaited under the node the deployment was sent to: an event's node id is its sender's
+        # (its subject names the node, and a node's bus user may publish under its own only), so no other machine's
+        # agent can answer for it
         if isinstance(event, StackReady | StackFailed):
-            key = f"stack:{event.deployment_id}"
+            key = _stack_key("stack", event.node_id, event.deployment_id)
         elif isinstance(event, StackStopped):
-            key = f"stopped:{event.deployment_id}"
+            key = _stack_key("stopped", event.node_id, event.deployment_id)
         elif isinstance(event, EnginesRestarted):
-            key = f"restarted:{event.deployment_id}"
+            key = _stack_key("restarted", event.node_id, event.deployment_id)
         elif isinstance(event, EnginesRead):
-            key = _read_key(event.deployment_id, event.job_id, event.edge)
+            key = _read_key(event.node_id, event.deployment_id, event.job_id, event.edge)
         elif isinstance(event, JobFinished | JobFailed):
             key = f"job:{event.job_id}#{event.shard_index}"
         elif isinstance(event, JobProgressed):
@@ -229,7 +232,7 @@ class Conductor:
         their answers awaited: the counters then bracket exactly the job's requests. An agent that does not answer
         in time is named in the log; the report then falls back to the periodic scrapes for its engines."""
         pairs = self._job_deployments.get(job_id, [])
-        keys = [_read_key(dep, job_id, edge) for _, dep in pairs]
+        keys = [_read_key(node_id, dep, job_id, edge) for node_id, dep in pairs]
         futures = [self._expect(key) for key in keys]
         await self._send_reads(run_id, job_id, edge, time.time())
         done, _ = await asyncio.wait(futures, timeout=EDGE_READ_WAIT_S) if futures else (set(), set())
@@ -460,7 +463,7 @@ class Conductor:
             node_id = str(node["node_id"])
             dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
             deployments[node_id] = dep
-            waits[dep] = self._expect(f"stack:{dep}")
+            waits[dep] = self._expect(_stack_key("stack", node_id, dep))
             await self.publish(
                 StartStack(
                     node_id=node_id,
@@ -486,9 +489,11 @@ class Conductor:
             )
         endpoints: list[EngineEndpoint] = []
         failures: list[str] = []
+        node_of = {dep: node_id for node_id, dep in deployments.items()}
         for dep, future in waits.items():
             try:
-                event = await self._await(f"stack:{dep}", future, self.settings.stack_ready_timeout_s)
+                event = await self._await(_stack_key("stack", node_of[dep], dep), future,
+                                          self.settings.stack_ready_timeout_s)  # fmt: skip
             except TimeoutError:
                 failures.append(f"{dep}: not healthy within {self.settings.stack_ready_timeout_s:.0f} s")
                 continue
@@ -508,13 +513,14 @@ class Conductor:
     async def _restart_engines(self, state: RunState, workload: Workload, pairs: list[tuple[str, str]]) -> None:
         """Restart every engine of the stack alone, its cache servers and stores kept: how an engine with no call
         that empties its prefix cache (TensorRT-LLM) starts the acceptance test's reset phase."""
-        waits = {dep: self._expect(f"restarted:{dep}") for _, dep in pairs}
+        waits = {(node_id, dep): self._expect(_stack_key("restarted", node_id, dep)) for node_id, dep in pairs}
         for node_id, dep in pairs:
             await self.publish(RestartEngines(node_id=node_id, run_id=state.run_id, deployment_id=dep))
         failures: list[str] = []
-        for dep, future in waits.items():
+        for (node_id, dep), future in waits.items():
             try:
-                event = await self._await(f"restarted:{dep}", future, self.settings.stack_ready_timeout_s)
+                event = await self._await(_stack_key("restarted", node_id, dep), future,
+                                          self.settings.stack_ready_timeout_s)  # fmt: skip
             except TimeoutError:
                 failures.append(f"{dep}: its engines were not healthy again within "
                                 f"{self.settings.stack_ready_timeout_s:.0f} s")  # fmt: skip
@@ -559,12 +565,12 @@ class Conductor:
         waits: list[tuple[str, asyncio.Future[Envelope]]] = []
         for node_id, dep in pairs:
             if wait and node_id in live:
-                waits.append((dep, self._expect(f"stopped:{dep}")))
+                waits.append((_stack_key("stopped", node_id, dep), self._expect(_stack_key("stopped", node_id, dep))))
             await self.publish(StopStack(node_id=node_id, run_id=state.run_id, deployment_id=dep))
         if waits:
             await asyncio.wait([future for _, future in waits], timeout=30)
-        for dep, _ in waits:
-            self._waiters.pop(f"stopped:{dep}", None)
+        for key, _ in waits:
+            self._waiters.pop(key, None)
 
     async def _watch_shards(self, job_id: str, ends: list[asyncio.Future[Envelope]]) -> tuple[int, str]:
         """Returns (the shard's index and the reason) once a load generator running one of the job's shards is lost:
@@ -809,9 +815,15 @@ class Conductor:
         await self.save(state)
 
 
-def _read_key(deployment_id: str, job_id: str, edge: str) -> str:
+def _stack_key(what: str, node_id: str, deployment_id: str) -> str:
+    """What a fact about a node's deployment (StackReady or StackFailed: "stack"; "stopped", "restarted") is awaited
+    under."""
+    return f"{what}:{node_id}:{deployment_id}"
+
+
+def _read_key(node_id: str, deployment_id: str, job_id: str, edge: str) -> str:
     """What an edge read's answer (EnginesRead) is awaited under."""
-    return f"read:{deployment_id}:{job_id}:{edge}"
+    return f"read:{node_id}:{deployment_id}:{job_id}:{edge}"
 
 
 def _reset_route(workload: Workload) -> str | None:
