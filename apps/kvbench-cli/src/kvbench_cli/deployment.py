@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +33,23 @@ from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid, wait_port
 from kvbench_core.sealing import SecretsKey
 from kvbench_core.settings import read_secret_file
 
-__all__ = ["DeploymentState", "LocalDeployment", "StartupError"]
+__all__ = ["DeploymentState", "LocalDeployment", "StartupError", "state_lock"]
 
 
 class StartupError(RuntimeError):
     pass
+
+
+@contextlib.contextmanager
+def state_lock(state_dir: Path) -> Iterator[None]:
+    """One writer of the state file at a time: `up`, `down` and the supervisor (which records the pids it starts)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / "state.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -69,16 +83,20 @@ class DeploymentState:
     nats_token_file: str | None = None  # the bus's token (mode 600); agents get a copy
     api_token_file: str | None = None  # the API's bearer token (mode 600), with --listen
     notes: list[str] = field(default_factory=list)  # what up decided that a person should know (ports moved)
+    supervisor_pid: int | None = None  # what starts again whatever of the above dies (kvbench_cli.supervisor)
 
     def api_headers(self) -> dict[str, str]:
         """What a request to this deployment's planner or reporter carries: its API token, when it has one."""
         return {"Authorization": f"Bearer {read_secret_file(Path(self.api_token_file))}"} if self.api_token_file else {}
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, *, locked: bool = False) -> None:
+        """Written whole and renamed into place, under the state's lock (the supervisor writes pids into it too);
+        ``locked``: the caller holds the lock already."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
+        with contextlib.nullcontext() if locked else state_lock(path.parent):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(asdict(self), indent=2))
+            tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> DeploymentState:
@@ -88,6 +106,7 @@ class DeploymentState:
 
 
 SIM_SWITCH = "sim-leaf"
+HOLD_DIR = "supervisor-hold"  # a file per program the supervisor must leave down (kvbench_cli.supervisor)
 # the control plane's ports with --listen: the compose stack's, so agents' settings do not depend on how it runs
 DEFAULT_PORTS = {"nats": 4222, "planner": 8700, "reporter": 8701}
 
@@ -208,7 +227,7 @@ class LocalDeployment:
                 state.base_env["KVBENCH_NATS_REPLICAS"] = str(min(3, nats_cluster))
             if state.api_token_file:
                 state.base_env["KVBENCH_API_TOKEN_FILE"] = state.api_token_file
-            env = self._env(state)
+            env = self.env_for(state)
 
             def start(name: str, module: str, health: str | None, extra: dict[str, str] | None = None,
                       user: str | None = None) -> None:  # fmt: skip
@@ -282,10 +301,52 @@ class LocalDeployment:
             self._wait_ready(state)
             if sim_machines:
                 self._connect_switch(state, switch_port, community)
+            self._start_supervisor(state, tie_to_parent)
         except BaseException:
             self.down()
             raise
         return state
+
+    def _start_supervisor(self, state: DeploymentState, tie_to_parent: bool) -> None:
+        """From now on, whatever dies is started again (the supervisor's log: logs/supervisor.log)."""
+        argv = [sys.executable, "-m", "kvbench_cli.supervisor", "--state-dir", str(self.state_dir)]
+        if tie_to_parent:
+            argv.append("--tie-to-parent")
+        proc = spawn(argv, self.state_dir / "logs" / "supervisor.log", self.env_for(state), tie_to_parent=tie_to_parent)
+        state.supervisor_pid = proc.pid
+        state.save(self.state_path)
+
+    @staticmethod
+    def nats_name(state: DeploymentState, index: int) -> str:
+        """A NATS server's name to the supervisor and `status`: "nats" alone, its server name in a cluster."""
+        return str(state.nats_servers[index].get("name") or "nats") if len(state.nats_servers) > 1 else "nats"
+
+    def supervised(self) -> bool:
+        """Whether a supervisor runs for this deployment (then it, not the caller, starts what died)."""
+        state = self.load()
+        return state is not None and bool(state.supervisor_pid) and pid_alive(int(state.supervisor_pid or 0))
+
+    def hold(self, name: str, held: bool = True) -> None:
+        """Keep the supervisor from starting ``name`` again (a long outage, in the fault tests), or let it."""
+        path = self.state_dir / HOLD_DIR / name
+        if held:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.unlink(missing_ok=True)
+
+    def _await_new_pid(self, read_pid: Callable[[DeploymentState], int | None], old: int | None, what: str,
+                       timeout_s: float = 60.0) -> DeploymentState:  # fmt: skip
+        """The state once the supervisor has started ``what`` again (its pid changed and the process runs)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self._state()
+            pid = read_pid(state)
+            if pid and pid != old and pid_alive(pid):
+                return state
+            time.sleep(0.1)
+        raise StartupError(f"the supervisor did not start {what} again within {timeout_s:.0f} s; see "
+                           f"{self.state_dir}/logs/supervisor.log")  # fmt: skip
 
     def _secrets_key_file(self) -> Path:
         """The key stored secrets are encrypted with (kvbench_core.sealing), kept with the state like the tokens."""
@@ -339,7 +400,7 @@ class LocalDeployment:
             raise StartupError(f"could not connect the simulated switch: HTTP {response.status_code}")
 
     @staticmethod
-    def _env(state: DeploymentState) -> dict[str, str]:
+    def env_for(state: DeploymentState) -> dict[str, str]:
         env = {**os.environ, **state.base_env}
         env.pop("KVBENCH_PLANNER_API_TOKEN", None)  # the embedded stack runs without auth, and says so
         return env
@@ -352,6 +413,7 @@ class LocalDeployment:
         service = next((s for s in state.services if s.name == name), None)
         if service is None:
             raise StartupError(f"no service {name}; known: {', '.join(s.name for s in state.services)}")
+        supervised = self.supervised()
         if kill:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(service.pid, signal.SIGKILL)
@@ -359,10 +421,15 @@ class LocalDeployment:
                 os.waitpid(service.pid, 0)
         else:
             stop_pid(service.pid, timeout_s=15, group=True)
+        if supervised:  # it starts the service again by itself
+            old = service.pid
+            state = self._await_new_pid(lambda s: next(x.pid for x in s.services if x.name == name), old, name)
+            self._wait_ready(state)
+            return next(x for x in state.services if x.name == name)
         proc = spawn(
             [sys.executable, "-m", service.module],
             Path(service.log),
-            {**self._env(state), **service.extra_env},
+            {**self.env_for(state), **service.extra_env},
             tie_to_parent=tie_to_parent,
         )
         service.pid = proc.pid
@@ -405,9 +472,12 @@ class LocalDeployment:
                     )
                 time.sleep(0.1)
 
-    def kill_nats(self, index: int = 0) -> int:
-        """SIGKILL NATS server ``index``, as a crash would (the fault tests); returns its pid."""
+    def kill_nats(self, index: int = 0, hold: bool = True) -> int:
+        """SIGKILL NATS server ``index``, as a crash would (the fault tests); returns its pid. ``hold``: the supervisor
+        leaves it down until ``restart_nats`` (an outage as long as the caller wants)."""
         state = self._state()
+        if hold:
+            self.hold(self.nats_name(state, index))
         pid = int(state.nats_servers[index]["pid"])
         os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
@@ -415,9 +485,18 @@ class LocalDeployment:
         return pid
 
     def restart_nats(self, index: int = 0) -> None:
-        """Start NATS server ``index`` again as it was (its configuration, port, users and store kept on disk)."""
+        """Start NATS server ``index`` again as it was (its configuration, port, users and store kept on disk): the
+        supervisor does, once its hold is lifted, where one runs."""
         state = self._state()
         record = state.nats_servers[index]
+        if self.supervised():
+            old = record.get("pid")
+            self.hold(self.nats_name(state, index), held=False)
+            state = self._await_new_pid(lambda s: s.nats_servers[index].get("pid"), old, "the NATS server")
+            record = state.nats_servers[index]
+            host, _, port = record["url"].split("//", 1)[1].rpartition(":")
+            wait_port(int(port), host=host)
+            return
         data = Path(record["data_dir"])
         with open(data / "nats.log", "ab") as log:
             proc = subprocess.Popen([find_nats_server(), "-c", str(data / "nats.conf")], stdout=log,
@@ -429,11 +508,14 @@ class LocalDeployment:
         host, _, port = record["url"].split("//", 1)[1].rpartition(":")
         wait_port(int(port), host=host)
 
-    def kill_postgres(self) -> int:
-        """SIGKILL the embedded PostgreSQL's server process, as a crash would; returns its pid."""
+    def kill_postgres(self, hold: bool = True) -> int:
+        """SIGKILL the embedded PostgreSQL's server process, as a crash would; returns its pid. ``hold``: the
+        supervisor leaves it down until ``restart_postgres``."""
         state = self._state()
         if not state.pg_dir:
             raise StartupError("this deployment uses a PostgreSQL of its own (--database-url)")
+        if hold:
+            self.hold("postgresql")
         pid = int((Path(state.pg_dir) / "data" / "postmaster.pid").read_text().split()[0])
         os.kill(pid, signal.SIGKILL)
         return pid
@@ -442,6 +524,13 @@ class LocalDeployment:
         """Start the embedded PostgreSQL again on its port (it recovers from its write-ahead log)."""
         state = self._state()
         port = int(state.database_url.rsplit(":", 1)[1].split("/")[0])
+        if self.supervised():
+            postmaster = Path(str(state.pg_dir)) / "data" / "postmaster.pid"
+            old = _read_pid(postmaster)
+            self.hold("postgresql", held=False)
+            self._await_new_pid(lambda _: _read_pid(postmaster), old, "PostgreSQL")
+            wait_port(port)
+            return
         deadline = time.monotonic() + 30
         while (Path(str(state.pg_dir)) / "data" / "postmaster.pid").exists() and time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):  # a killed postmaster's children leave with it
@@ -466,6 +555,10 @@ class LocalDeployment:
                 self._wipe(None)
             return []
         stopped: list[str] = []
+        if state.supervisor_pid and pid_alive(state.supervisor_pid):  # first: nothing is started again from here on
+            stop_pid(state.supervisor_pid, timeout_s=15)
+            stopped.append("supervisor")
+        shutil.rmtree(self.state_dir / HOLD_DIR, ignore_errors=True)
         if state.sim_switch:  # disconnect it first, so no poller keeps reading a switch that is gone
             token = read_secret_file(Path(state.api_token_file)) if state.api_token_file else None
             with contextlib.suppress(httpx.HTTPError, OSError), httpx.Client(timeout=5.0) as client:
@@ -496,6 +589,12 @@ class LocalDeployment:
         """Every result of earlier runs: the database (wherever it was kept) and the bus's stored streams."""
         shutil.rmtree(pg_dir or EmbeddedPostgres.kept_in(self.state_dir).base_dir, ignore_errors=True)
         shutil.rmtree(self.state_dir / "nats", ignore_errors=True)
+
+
+def _read_pid(pid_file: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(pid_file.read_text().split()[0])
+    return None
 
 
 def _server_record(server: EmbeddedNats) -> dict[str, Any]:

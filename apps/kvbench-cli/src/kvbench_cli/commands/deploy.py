@@ -21,6 +21,7 @@ from kvbench_cli.console import (
 )
 from kvbench_cli.deployment import LocalDeployment, nats_server_view, reload_bus_users
 from kvbench_cli.statedir import record_state_dir
+from kvbench_cli.supervisor import read_status
 from kvbench_core.procs import pid_alive
 
 __all__ = ["register"]
@@ -142,30 +143,49 @@ def cmd_status(args: argparse.Namespace) -> int:
         nodes, running = _planner_view(client, state)
     database = _postgres_view(state.database_url, state.pg_dir)
     services.insert(0, database)
+    supervisor = _supervisor_view(state)
+    for program in (*services, *servers):  # what the supervisor saw: restarts and the last exit
+        program.update(supervisor["programs"].get(program["name"], {"restarts": 0, "last_exit": None}))
     # a cluster is healthy while a majority of its servers run (one down of three: the run goes on, say so)
     serving = sum(1 for s in servers if s["role"] not in ("down", "electing"))
-    healthy = serving > len(servers) // 2 and all(s["running"] and s["health"] in ("ok", "–") for s in services)
+    healthy = (serving > len(servers) // 2 and supervisor["running"]
+               and all(s["running"] and s["health"] in ("ok", "–") for s in services))  # fmt: skip
     if args.json:
-        view = {"up": True, "healthy": healthy, "nats": servers, "services": services,
+        view = {"up": True, "healthy": healthy, "supervisor": {"pid": supervisor["pid"],
+                "running": supervisor["running"]}, "nats": servers, "services": services,
                 "nodes": None if nodes is None else len(nodes), "api_url": state.api_url,
                 "report_url": state.report_url, "runs_in_progress": running}  # fmt: skip
         print(json.dumps(view, indent=2, default=str))
         return 0 if healthy else 1
     table = Table(title="kvbench status")
-    for column in ("service", "pid", "process", "health"):
+    for column in ("service", "pid", "process", "health", "restarts", "last exit"):
         table.add_column(column)
-    for server in servers:
-        table.add_row(server["name"], str(server["pid"] or "external"),
-                      "running" if server["running"] else "[red]stopped[/red]", server["role"])  # fmt: skip
-    for service in services:
-        table.add_row(service["name"], str(service["pid"]),
-                      "running" if service["running"] else "[red]stopped[/red]", service["health"])  # fmt: skip
+    for program in (*servers, *services):
+        table.add_row(program["name"], str(program["pid"] or "external"),
+                      "running" if program["running"] else "[red]stopped[/red]",
+                      program.get("role") or program["health"], str(program["restarts"]),
+                      escape(program["last_exit"] or "–"))  # fmt: skip
     console.print(table)
+    if not supervisor["running"]:
+        console.print("[red]the supervisor is not running[/red]: nothing that dies is started again (its log: "
+                      f"{state.state_dir}/logs/supervisor.log); `kvbench down`, `kvbench up` start one")  # fmt: skip
     console.print(f"nodes registered: {'?' if nodes is None else len(nodes)}; API {state.api_url}; "
                   f"reports {state.report_url}")  # fmt: skip
     for run in running:
         console.print(f"run in progress: {run['run_id']} ({escape(run['plan_name'])}), {run['progress']:.0%} done")
     return 0 if healthy else 1
+
+
+def _supervisor_view(state: Any) -> dict[str, Any]:
+    """The supervisor: whether it runs, and what it last wrote of each program (restarts, last exit, back-off)."""
+    pid = state.supervisor_pid
+    written = read_status(Path(state.state_dir)) or {}
+    listed = written.get("programs")
+    programs: list[Any] = listed if isinstance(listed, list) else []
+    by_name = {str(p["name"]): {"restarts": p.get("restarts", 0), "last_exit": p.get("last_exit"),
+                                "next_start_in_s": p.get("next_start_in_s"), "held": p.get("held", False)}
+               for p in programs if isinstance(p, dict)}  # fmt: skip
+    return {"pid": pid, "running": bool(pid) and pid_alive(int(pid)), "programs": by_name}
 
 
 def _postgres_view(database_url: str, pg_dir: str | None) -> dict[str, Any]:
