@@ -36,13 +36,14 @@ def test_every_program_killed_under_kvbench_up_comes_back_by_itself(tmp_path: Pa
     state = deployment.up(sim_machines=2, tie_to_parent=True)
     try:
         code, before = _status(deployment.state_dir)
-        assert code == 0 and before["supervisor"]["running"]
+        assert code == 0
+        assert before["supervisor"]["running"]
         killed = {s.name: s.pid for s in state.services if s.name != "sim-switch"}
         killed["nats"] = int(state.nats_servers[0]["pid"])
         killed["postgresql"] = int((Path(str(state.pg_dir)) / "data" / "postmaster.pid").read_text().split()[0])
         for pid in killed.values():
             os.kill(pid, signal.SIGKILL)
-        code, during = _status(deployment.state_dir)
+        code, _ = _status(deployment.state_dir)
         assert code == 1  # something is down: unhealthy, said with a non-zero exit
         deadline = time.monotonic() + 120
         while True:
@@ -63,7 +64,8 @@ def test_every_program_killed_under_kvbench_up_comes_back_by_itself(tmp_path: Pa
         status = run_to_end(state.api_url, plan)
         assert status["status"] == "succeeded", status
         rows = asyncio.run(record_counts(state.database_url, status["run_id"]))
-        assert rows and all(r["stored"] == r["records_expected"] > 0 for r in rows)
+        assert rows
+        assert all(r["stored"] == r["records_expected"] > 0 for r in rows)
     finally:
         supervisor = deployment.load().supervisor_pid  # type: ignore[union-attr]
         deployment.down(wipe=True)
