@@ -22,11 +22,12 @@ HEARTBEAT_TTL_S = 15.0  # kvbench_loadgens
 def test_killed_load_generator_fails_its_job_within_the_ttl(
     short_plan: Any, local_kvbench: Any, fault_matrix: Any
 ) -> None:
-    _, state = local_kvbench
+    deployment, state = local_kvbench
     plan = short_plan("loadgen-loss", duration_s=120, users=2, gpu_only=True)
     run_id = submit_until_running(state.api_url, plan)
     time.sleep(4)  # a heartbeat has listed the shard
     loadgen = next(s for s in state.services if s.name == "loadgen")
+    deployment.hold("loadgen")  # gone for good (the supervisor would start it again: then it "came back without it")
     os.kill(loadgen.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     while (job := httpx.get(f"{state.api_url}/v1/runs/{run_id}").json()["jobs"][0])["status"] == "running":

@@ -70,6 +70,7 @@ def test_a_three_server_bus_loses_its_leader_mid_run_and_loses_nothing(
             assert time.monotonic() < deadline
             time.sleep(0.2)
         (leader,) = [s for s in status["nats"] if s["role"] == "leader"]
+        deployment.hold(leader["name"])  # down for the rest of the run: the supervisor does not start it again
         os.kill(int(leader["pid"]), signal.SIGKILL)
         killed_at = time.monotonic()
         deadline = time.monotonic() + 180

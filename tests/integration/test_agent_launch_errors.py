@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from kvbench_contracts.commands import StartStack
+from kvbench_contracts.envelope import utc_now
 from kvbench_contracts.events import StackFailed
 from kvbench_contracts.node import Heartbeat
 from kvbench_contracts.plan import EngineSpec, SimCluster
@@ -128,3 +130,28 @@ async def test_a_command_the_agent_cannot_read_fails_its_stack_at_once_with_why(
     assert "host_memory_gb" in failed.reason
     assert "same kvbench version" in failed.reason
     assert agent.deployments == {}
+
+
+async def test_a_start_command_read_after_it_expired_starts_nothing(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent restarted after the planner gave up on a stack (a run cancelled meanwhile) starts no engine for it."""
+    settings = NodeAgentSettings(node_id="n-expired", state_dir=str(tmp_path), simulated=True)
+    launched: list[str] = []
+    async with Bus.connect(nats_url, name="t-expired") as bus:
+        agent = NodeAgent(settings, bus, CollectorRegistry())
+
+        async def launch(command: StartStack) -> None:
+            launched.append(command.deployment_id)
+            raise AssertionError("an expired command was acted on")
+
+        monkeypatch.setattr(agent, "_launch", launch)
+        command = StartStack(node_id="n-expired", run_id="R1", deployment_id=f"D{uuid.uuid4().hex[:8]}", workload="w",
+                             stack="vllm-prefix-gpu", model="m", sim=SimCluster(),
+                             expires_at=utc_now() - timedelta(seconds=1))  # fmt: skip
+        await agent.handle(command)
+        assert launched == []
+        assert command.deployment_id not in agent.deployments
+        fresh = command.model_copy(update={"expires_at": utc_now() + timedelta(minutes=5)})
+        await agent.handle(fresh)  # the same command in time is acted on (and fails here, as the launch says)
+        assert launched == [command.deployment_id]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,6 +55,11 @@ class StartStack(Envelope):
         None,
         description="That token sealed to this machine's agent (its public key from its inventory): only that agent "
         "opens it; the stream holding the command holds ciphertext",
+    )
+    expires_at: datetime | None = Field(
+        None,
+        description="Not acted on after this (UTC): the planner waits no longer for the stack, so a command read late "
+        "(an agent restarted hours after, a run cancelled meanwhile) starts no engine",
     )
 
 

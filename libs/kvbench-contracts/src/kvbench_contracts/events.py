@@ -55,7 +55,7 @@ __all__ = [
     "split_binary_records",
 ]
 
-RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+RunStatus = Literal["pending", "queued", "running", "succeeded", "failed", "cancelled"]
 
 
 class MachinePolicy(BaseModel):

@@ -462,6 +462,11 @@ class Plan(StrictModel):
         max_length=63,
         description="The workload every other is compared with in the report (default: the first own_cache one)",
     )
+    when_busy: Literal["queue", "refuse"] = Field(
+        "queue",
+        description="When another run holds the machines it needs: wait for them (state queued), or refuse the "
+        "run at once (409 machines_busy)",
+    )
 
     @model_validator(mode="before")
     @classmethod

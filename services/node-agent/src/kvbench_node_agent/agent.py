@@ -155,6 +155,11 @@ class NodeAgent:
         if existing is not None:  # redelivered command: say again that it is up
             await self._publish_ready(existing)
             return
+        if command.expires_at is not None and utc_now() > command.expires_at:
+            # read too late (this agent was down, the run may have ended): the planner no longer waits for it
+            log.warning("a start command expired before it was read: no engine started",
+                        extra={**ids, "expired_at": command.expires_at.isoformat()})  # fmt: skip
+            return
         log.info("starting stack", extra={**ids, "stack": command.stack, "launcher": command.launcher})
         tier_path = self._real_disk_tier(command)
         found = await asyncio.to_thread(census, tier_path) if tier_path else None

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from datetime import timedelta
 from typing import Any, Literal
 
 import nats.js.errors
@@ -43,9 +44,10 @@ from kvbench_core.bus import TRANSIENT_BUS_ERRORS, Bus
 from kvbench_core.naming import natural_key
 from kvbench_core.sealing import SealingError, seal_for
 from kvbench_planner.cluster import Machine
+from kvbench_planner.leases import MachineLeases, QueuePlace
 from kvbench_planner.registry import Registry
 from kvbench_planner.settings import PlannerSettings
-from kvbench_planner.state import JobState, RunState, expand_jobs
+from kvbench_planner.state import ACTIVE, JobState, RunState, expand_jobs
 from kvbench_stacks.catalog import get_stack
 
 __all__ = ["CONTROL_EVENTS", "BusUnavailableError", "Conductor", "RunFailedError", "sim_cluster"]
@@ -183,6 +185,10 @@ class Conductor:
         self._last_saved: dict[str, float] = {}
         self._cancelling: set[str] = set()
         self._job_deployments: dict[str, list[tuple[str, str]]] = {}  # running job -> its (node, deployment)s
+        self.leases = MachineLeases()  # which run holds which machine
+        self._chosen: dict[str, dict[str, list[dict[str, Any]]]] = {}  # run -> workload -> the machines it took
+        # (node, deployment) -> when the agent said it was ready, by the agent's own clock (its heartbeats' clock)
+        self._ready_at: dict[tuple[str, str], float] = {}
 
     # -- events in --------------------------------------------------------------------------
     async def on_event(self, event: Envelope) -> None:
@@ -297,7 +303,7 @@ class Conductor:
     async def resume(self) -> None:
         for state in await self.load_all():
             self.runs[state.run_id] = state
-            if state.status in ("pending", "running"):
+            if state.status in ACTIVE:
                 log.info("resuming run", extra={"run_id": state.run_id})
                 self._start_task(state)
 
@@ -333,7 +339,7 @@ class Conductor:
         if state is None:
             return None
         task = self._tasks.get(run_id)
-        if state.status in ("pending", "running"):
+        if state.status in ACTIVE:
             try:  # load generators stop the run's jobs; a bus that does not take it is said at once, not waited out
                 await self.bus.publish(RunCancelled(run_id=run_id), retry_for_s=SUBMIT_BUS_WAIT_S)
             except TRANSIENT_BUS_ERRORS as exc:
@@ -343,7 +349,7 @@ class Conductor:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        elif state.status in ("pending", "running"):
+        elif state.status in ACTIVE:
             await self._finish(state, "cancelled", [_cancelled(state)])
         return state
 
@@ -358,6 +364,7 @@ class Conductor:
         state.status = status  # type: ignore[assignment]
         state.reasons = [r.as_reason() for r in reasons]
         state.current_workload = None
+        state.queue = None
         for job in state.jobs:
             if job.status in ("pending", "running"):
                 job.status = "cancelled" if status == "cancelled" else "failed"
@@ -370,8 +377,9 @@ class Conductor:
         plan = Plan.model_validate(state.plan)
         ids = {"run_id": state.run_id}
         try:
-            if state.status == "pending":
-                state.status = "running"
+            await self._take_machines(state, plan)
+            if state.status != "running":
+                state.status, state.queue = "running", None
                 await self.save(state)
                 await self.publish(RunStarted(run_id=state.run_id))
             for index, workload in enumerate(plan.workloads):
@@ -405,6 +413,40 @@ class Conductor:
         except Exception as exc:
             log.exception("run failed unexpectedly", extra=ids)
             await self._finish(state, "failed", [Problem(code="internal_error", message=str(exc))])
+        finally:
+            self._chosen.pop(state.run_id, None)
+            await asyncio.shield(self.leases.release(state.run_id))
+
+    async def _take_machines(self, state: RunState, plan: Plan) -> None:
+        """Every machine the run's unfinished workloads need, held until the run ends; while another run holds one,
+        the run is ``queued`` (its place and what it waits for in its state), or refused if the plan says so."""
+        unfinished = {j.workload for j in state.jobs if j.status not in ("succeeded", "failed")}
+        remaining = [w for w in plan.workloads if w.name in unfinished]
+        chosen = {w.name: await self._nodes_for(w) for w in remaining}
+        self._chosen[state.run_id] = chosen
+        needed = {str(n["node_id"]) for nodes in chosen.values() for n in nodes}
+        if plan.when_busy == "refuse" and (busy := self.leases.blockers(state.run_id, needed)):
+            raise RunFailedError(
+                "machines_busy",
+                "The machines this plan needs are busy: " + "; ".join(busy),
+                "Run it again once they are free (kvbench runs lists what runs), or leave out when_busy: refuse "
+                "so that it waits for them.",
+            )
+
+        async def queued(place: QueuePlace) -> None:
+            state.status, state.queue = "queued", place
+            await self.save(state)
+            log.info("run queued for machines", extra={"run_id": state.run_id, "position": place.position,
+                                                       "waiting_for": place.waiting_for})  # fmt: skip
+
+        # a run that already ran (resumed by a restarted planner) held its machines: it takes them back first
+        order = (0 if state.status == "running" else 1, state.created_at.timestamp())
+        await self.leases.acquire(state.run_id, needed, order, queued)
+
+    def busy_for(self, plan: Plan) -> list[str]:
+        """What a new run of ``plan`` would wait for now: machines other runs hold or are queued for."""
+        needed = {str(n["node_id"]) for w in plan.workloads for n in (self._pick_nodes(w)[0] or [])}
+        return self.leases.blockers("", needed)
 
     def _sim_cluster(self, workload: Workload) -> SimCluster | None:
         return sim_cluster(workload, self.settings.sim_speed)
@@ -414,24 +456,30 @@ class Conductor:
         sim = self._sim_cluster(workload)
         return sim.speed or 1.0 if sim is not None else 1.0
 
+    def _pick_nodes(self, workload: Workload) -> tuple[list[dict[str, Any]] | None, str]:
+        """The machines a workload runs on among those whose agents are up now, or None and what is missing."""
+        live = {key: beat.inventory.model_dump() for key, beat in self.registry.live_nodes().items()}
+        sim = workload.cluster.sim
+        if sim is not None:
+            simulated = (n for n in live.values() if n.get("simulated"))
+            chosen = sorted(simulated, key=lambda n: natural_key(str(n["node_id"])))  # sim-2 before sim-10
+            if len(chosen) >= sim.machines:
+                return chosen[: sim.machines], ""
+            return None, f"{sim.machines - len(chosen)} more simulated machine(s)"
+        members = [m.name for m in self.registry.groups().get(workload.cluster.group or "", [])]
+        down = [m for m in members if m not in live]
+        if members and not down:
+            return [live[m] for m in members], ""
+        return None, ", ".join(down) or f"any machine of group {workload.cluster.group}"
+
     async def _nodes_for(self, workload: Workload) -> list[dict[str, Any]]:
         """The machines a workload runs on, once their agents are up (waits ``node_wait_s`` for them)."""
         deadline = time.monotonic() + self.settings.node_wait_s
         sim = workload.cluster.sim
         while True:
-            live = {key: beat.inventory.model_dump() for key, beat in self.registry.live_nodes().items()}
-            if sim is not None:
-                simulated = (n for n in live.values() if n.get("simulated"))
-                chosen = sorted(simulated, key=lambda n: natural_key(str(n["node_id"])))  # sim-2 before sim-10
-                if len(chosen) >= sim.machines:
-                    return chosen[: sim.machines]
-                missing = f"{sim.machines - len(chosen)} more simulated machine(s)"
-            else:
-                members = [m.name for m in self.registry.groups().get(workload.cluster.group or "", [])]
-                down = [m for m in members if m not in live]
-                if members and not down:
-                    return [live[m] for m in members]
-                missing = ", ".join(down) or f"any machine of group {workload.cluster.group}"
+            nodes, missing = self._pick_nodes(workload)
+            if nodes is not None:
+                return nodes
             if time.monotonic() > deadline:
                 if sim is not None:
                     raise RunFailedError(
@@ -458,49 +506,57 @@ class Conductor:
             )
             for n in nodes
         ]
-        token = self._stored_token(workload)
-        for node in nodes:
-            node_id = str(node["node_id"])
-            dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
-            deployments[node_id] = dep
-            waits[dep] = self._expect(_stack_key("stack", node_id, dep))
-            await self.publish(
-                StartStack(
-                    node_id=node_id,
-                    run_id=state.run_id,
-                    deployment_id=dep,
-                    workload=workload.name,
-                    stack=workload.stack,
-                    # machines that registered as simulated (a simulated cluster, or a lab of simulated hosts in
-                    # a group) run simulated engines; real ones the planner's launcher
-                    launcher="sim" if workload.cluster.sim or node.get("simulated") else self.settings.launcher,
-                    model=workload.model,
-                    engine=workload.engine,
-                    sizing=workload.sizing,
-                    sim=self._sim_cluster(workload),
-                    kv_tier=workload.kv_tier,
-                    network=workload.network,
-                    routing=workload.measurement.routing,
-                    pool=pool,
-                    hf_token_secret=workload.hf_token_secret,
-                    open_reset_route=workload.measurement.acceptance,
-                    hf_token_sealed=_sealed_for(node, token) if token else None,
+        try:
+            token = self._stored_token(workload)
+            for node in nodes:
+                node_id = str(node["node_id"])
+                dep = f"d{state.run_id[-10:]}{generation}{node_id.replace('-', '')}"[:60]
+                deployments[node_id] = dep
+                waits[dep] = self._expect(_stack_key("stack", node_id, dep))
+                await self.publish(
+                    StartStack(
+                        node_id=node_id,
+                        run_id=state.run_id,
+                        deployment_id=dep,
+                        workload=workload.name,
+                        stack=workload.stack,
+                        # machines that registered as simulated (a simulated cluster, or a lab of simulated hosts in
+                        # a group) run simulated engines; real ones the planner's launcher
+                        launcher="sim" if workload.cluster.sim or node.get("simulated") else self.settings.launcher,
+                        model=workload.model,
+                        engine=workload.engine,
+                        sizing=workload.sizing,
+                        sim=self._sim_cluster(workload),
+                        kv_tier=workload.kv_tier,
+                        network=workload.network,
+                        routing=workload.measurement.routing,
+                        pool=pool,
+                        hf_token_secret=workload.hf_token_secret,
+                        open_reset_route=workload.measurement.acceptance,
+                        hf_token_sealed=_sealed_for(node, token) if token else None,
+                        expires_at=utc_now() + timedelta(seconds=self.settings.stack_ready_timeout_s),
+                    )
                 )
-            )
-        endpoints: list[EngineEndpoint] = []
-        failures: list[str] = []
-        node_of = {dep: node_id for node_id, dep in deployments.items()}
-        for dep, future in waits.items():
-            try:
-                event = await self._await(_stack_key("stack", node_of[dep], dep), future,
-                                          self.settings.stack_ready_timeout_s)  # fmt: skip
-            except TimeoutError:
-                failures.append(f"{dep}: not healthy within {self.settings.stack_ready_timeout_s:.0f} s")
-                continue
-            if isinstance(event, StackFailed):
-                failures.append(f"{event.node_id}: {event.reason}")
-            elif isinstance(event, StackReady):
-                endpoints.extend(event.endpoints)
+            endpoints: list[EngineEndpoint] = []
+            failures: list[str] = []
+            node_of = {dep: node_id for node_id, dep in deployments.items()}
+            for dep, future in waits.items():
+                try:
+                    event = await self._await(_stack_key("stack", node_of[dep], dep), future,
+                                              self.settings.stack_ready_timeout_s)  # fmt: skip
+                except TimeoutError:
+                    failures.append(f"{dep}: not healthy within {self.settings.stack_ready_timeout_s:.0f} s")
+                    continue
+                if isinstance(event, StackFailed):
+                    failures.append(f"{event.node_id}: {event.reason}")
+                elif isinstance(event, StackReady):
+                    endpoints.extend(event.endpoints)
+                    self._ready_at[(event.node_id, event.deployment_id)] = event.occurred_at.timestamp()
+        except BaseException:
+            # cancelled (or failed) while the stacks start: every agent asked is told to stop what it started, so
+            # no engine is left holding a GPU (an agent handles its commands in order: the stop follows the start)
+            await asyncio.shield(self._stop_stacks(state, deployments, wait=False))
+            raise
         if failures:
             await self._stop_stacks(state, deployments)
             raise RunFailedError(
@@ -564,6 +620,7 @@ class Conductor:
         live = self.registry.live_nodes()
         waits: list[tuple[str, asyncio.Future[Envelope]]] = []
         for node_id, dep in pairs:
+            self._ready_at.pop((node_id, dep), None)
             if wait and node_id in live:
                 waits.append((_stack_key("stopped", node_id, dep), self._expect(_stack_key("stopped", node_id, dep))))
             await self.publish(StopStack(node_id=node_id, run_id=state.run_id, deployment_id=dep))
@@ -653,13 +710,16 @@ class Conductor:
                             beat = Heartbeat.model_validate_json(entry.value)
                         except ValueError:
                             continue
+                        ready_at = self._ready_at.get((node_id, deployment), float("inf"))
                         if deployment in beat.deployments:
                             listed.add((node_id, deployment))
-                        elif (node_id, deployment) in listed:
+                        elif (node_id, deployment) in listed or beat.at > ready_at + 0.5:
+                            # a heartbeat written after the agent said the stack was ready, without it: the agent
+                            # restarted (perhaps before it had listed the stack even once)
                             raise RunFailedError.node_restarted(node_id)
 
     async def _run_workload(self, state: RunState, index: int, workload: Workload, jobs: list[JobState]) -> None:
-        nodes = await self._nodes_for(workload)
+        nodes = self._chosen.get(state.run_id, {}).get(workload.name) or await self._nodes_for(workload)
         node_ids = [str(n["node_id"]) for n in nodes]
         state.nodes = node_ids
         # a resumed run re-sends StartStack with the ids it used before: agents answer for running stacks

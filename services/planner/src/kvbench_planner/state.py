@@ -9,11 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvbench_contracts.envelope import new_id, utc_now
 from kvbench_contracts.plan import Plan
+from kvbench_planner.leases import QueuePlace
 
-__all__ = ["JobState", "RunState", "expand_jobs"]
+__all__ = ["ACTIVE", "JobState", "RunState", "expand_jobs"]
 
 JobStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
-RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+# queued: waiting for machines another run holds (kvbench_planner.leases)
+RunStatus = Literal["pending", "queued", "running", "succeeded", "failed", "cancelled"]
+ACTIVE: tuple[RunStatus, ...] = ("pending", "queued", "running")
 
 
 class JobState(BaseModel):
@@ -44,6 +47,7 @@ class RunState(BaseModel):
     reasons: list[dict[str, str]] = Field(default_factory=list)
     current_workload: str | None = None
     nodes: list[str] = Field(default_factory=list)
+    queue: QueuePlace | None = Field(None, description="While queued: its place, and the machines it waits for")
     stack_generation: dict[str, int] = Field(
         default_factory=dict,
         description="Workload -> how many times its stack was started; a resumed planner "

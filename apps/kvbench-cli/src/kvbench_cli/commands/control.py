@@ -60,7 +60,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for column in ("run", "plan", "status", "progress", "created"):
         table.add_column(column)
     for r in runs:
-        table.add_row(r["run_id"], escape(r["plan_name"]), r["status"], f"{r['progress']:.0%}", r["created_at"][:19])
+        status = r["status"]
+        if status == "queued" and r.get("queue"):  # its place, and the machines (and runs) it waits for
+            status = f"queued #{r['queue']['position']}: waiting for {', '.join(r['queue']['waiting_for'])}"
+        table.add_row(r["run_id"], escape(r["plan_name"]), escape(status), f"{r['progress']:.0%}", r["created_at"][:19])
     return _out(args, runs, table)
 
 

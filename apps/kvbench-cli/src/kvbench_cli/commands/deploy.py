@@ -222,7 +222,7 @@ def _planner_view(client: httpx.Client, state: Any) -> tuple[list[Any] | None, l
         runs = client.get(f"{state.api_url}/v1/runs", headers=state.api_headers()).json()
     except (httpx.HTTPError, ValueError):
         return None, []
-    return nodes, [r for r in runs if r["status"] in ("pending", "running")]
+    return nodes, [r for r in runs if r["status"] in ("pending", "queued", "running")]
 
 
 def speed(text: str) -> float:

@@ -90,6 +90,9 @@ def _wait(client: httpx.Client, endpoints: Endpoints, run_id: str) -> dict[str, 
 
 
 def _progress_label(status: dict[str, Any]) -> str:
+    queue = status.get("queue")
+    if status["status"] == "queued" and queue:  # another run holds its machines
+        return f"queued · place {queue['position']} · waiting for {', '.join(queue['waiting_for'])}"
     running = [j for j in status["jobs"] if j["status"] == "running"]
     done = sum(1 for j in status["jobs"] if j["status"] in TERMINAL)
     if not running:

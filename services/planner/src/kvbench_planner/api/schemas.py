@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from kvbench_contracts.fabric import SwitchSpec
 from kvbench_planner.cluster import Machine
+from kvbench_planner.leases import QueuePlace
 from kvbench_planner.registry import NAME_PATTERN
 from kvbench_planner.state import JobState, RunStatus
 from kvbench_stacks.catalog import StackSpec
@@ -87,6 +88,7 @@ class RunSummary(BaseModel):
     status: RunStatus
     progress: float = Field(description="0..1 over the run's jobs")
     created_at: str = Field(description="ISO 8601, UTC")
+    queue: QueuePlace | None = Field(None, description="While queued: its place and what it waits for")
 
 
 class RunDetail(BaseModel):
@@ -100,6 +102,7 @@ class RunDetail(BaseModel):
     reasons: list[dict[str, str]] = Field(description="Why it did not succeed: {code, message, fix}")
     current_workload: str | None
     nodes: list[str]
+    queue: QueuePlace | None = Field(None, description="While queued: its place and what it waits for")
     stack_generation: dict[str, int]
     progress: float = Field(description="0..1 over the run's jobs")
 

@@ -24,6 +24,7 @@ from kvbench_planner.api.openapi import PLAN_BODY, REFUSED
 from kvbench_planner.api.schemas import RunCreated, RunDetail, RunSummary
 from kvbench_planner.conductor import Conductor
 from kvbench_planner.settings import PlannerSettings
+from kvbench_planner.state import ACTIVE
 from kvbench_planner.validation import Review
 
 router = APIRouter(tags=["runs"])
@@ -70,7 +71,7 @@ async def _submit(
     if not review.valid or review.plan is None:
         metrics.refused.inc()
         return review_response(review)
-    active = [s for s in conductor.runs.values() if s.status in ("pending", "running")]
+    active = [s for s in conductor.runs.values() if s.status in ACTIVE]
     if len(active) >= settings.max_active_runs:
         metrics.refused.inc()
         raise refusal(
@@ -79,6 +80,15 @@ async def _submit(
             "too_many_runs",
             f"{len(active)} runs are pending or running; this planner takes at most {settings.max_active_runs}",
             "Wait for one to end or cancel one (kvbench cancel RUN_ID), or raise KVBENCH_PLANNER_MAX_ACTIVE_RUNS.",
+        )
+    if review.plan.when_busy == "refuse" and (busy := conductor.busy_for(review.plan)):
+        metrics.refused.inc()
+        raise refusal(
+            409,
+            "when_busy",
+            "machines_busy",
+            "The machines this plan needs are busy: " + "; ".join(busy),
+            "Run it again once they are free (kvbench runs lists what runs), or set when_busy: queue to wait for them.",
         )
     state = await conductor.submit(review.plan, review.machines)
     metrics.submitted.inc()
@@ -99,6 +109,7 @@ async def list_runs(conductor: ConductorDep) -> list[RunSummary]:
             status=s.status,
             progress=round(s.progress, 4),
             created_at=s.created_at.isoformat(),
+            queue=s.queue,
         )
         for s in runs
     ]
