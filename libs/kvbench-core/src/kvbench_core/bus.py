@@ -180,6 +180,9 @@ class Subscription:
                 await self.task
 
 
+FAILURE_LOG_EVERY_S = 30.0
+
+
 class Bus:
     def __init__(self, nc: NatsClient, js: JetStreamContext, metrics: BusMetrics | None) -> None:
         self.nc = nc
@@ -188,6 +191,18 @@ class Bus:
         self._subs: list[Subscription] = []
         self._kv: dict[str, KeyValue] = {}
         self.replicas = 1  # copies of each stream and bucket this bus creates
+        self._failures_logged: dict[str, tuple[float, int]] = {}  # durable -> (last logged, failures since)
+
+    def _log_failure(self, message: str, durable: str, **extra: object) -> None:
+        """A handler's failure, with its traceback, at most once every FAILURE_LOG_EVERY_S per consumer, counting
+        the ones left out: a database that is down fails every batch, and the log must not fill the disk."""
+        now = time.monotonic()
+        last, since = self._failures_logged.get(durable, (-FAILURE_LOG_EVERY_S, 0))
+        if now - last < FAILURE_LOG_EVERY_S:
+            self._failures_logged[durable] = (last, since + 1)
+            return
+        self._failures_logged[durable] = (now, 0)
+        log.exception(message, extra={"durable": durable, "failures_not_logged": since, **extra})
 
     @classmethod
     @asynccontextmanager
@@ -335,7 +350,7 @@ class Bus:
                     continue
                 except Exception:
                     delivered = msg.metadata.num_delivered if msg.metadata else 1
-                    log.exception("handler failed; will retry", extra={"durable": durable, "schema": event.schema_name})
+                    self._log_failure("handler failed; will retry", durable, schema=event.schema_name)
                     await msg.nak(delay=backoff_s(delivered))
                     if self._metrics:
                         self._metrics.nacked.labels(durable).inc()
@@ -368,7 +383,7 @@ class Bus:
             try:
                 await handler([event for _, event in items])
             except Exception:
-                log.exception("batch handler failed; will retry", extra={"durable": durable, "size": len(items)})
+                self._log_failure("batch handler failed; will retry", durable, size=len(items))
                 for msg, _ in items:
                     delivered = msg.metadata.num_delivered if msg.metadata else 1
                     await msg.nak(delay=backoff_s(delivered))
@@ -401,7 +416,7 @@ class Bus:
             try:
                 poison = set(await handler([m.data for m in msgs]))
             except Exception:
-                log.exception("raw batch handler failed; will retry", extra={"durable": durable, "size": len(msgs)})
+                self._log_failure("raw batch handler failed; will retry", durable, size=len(msgs))
                 for msg in msgs:
                     await msg.nak(delay=backoff_s(msg.metadata.num_delivered if msg.metadata else 1))
                 if self._metrics:
@@ -560,7 +575,7 @@ class Bus:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    log.exception("consumer loop crashed; restarting", extra={"durable": durable})
+                    self._log_failure("consumer loop crashed; restarting", durable)
                     await asyncio.sleep(1.0)
 
         task = asyncio.create_task(guarded(), name=f"sub:{durable}")

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 
+import asyncpg
 import httpx
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -38,6 +39,29 @@ __all__ = ["Reporter", "main", "run"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 log = logging.getLogger("kvbench_reporter")
+
+
+# what asyncpg raises while PostgreSQL does not answer (refused, restarting, a pool whose connections broke)
+DATABASE_DOWN = (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError, asyncpg.InterfaceError,
+                 TimeoutError)  # fmt: skip
+
+
+def _database_down_is_503(handler: Handler) -> Handler:
+    """PostgreSQL down: 503 naming it (and when to ask again), not a bare 500 and a traceback a request."""
+
+    async def answered(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except DATABASE_DOWN as exc:
+            log.warning("PostgreSQL does not answer: a report request refused with 503",
+                        extra={"path": request.path, "error": f"{type(exc).__name__}: {exc}"[:300]})  # fmt: skip
+            return web.json_response(
+                {"detail": "PostgreSQL, where the reporter keeps every record and report, does not answer "
+                 f"({type(exc).__name__}); ask again once it is back (kvbench status shows it)"},
+                status=503, headers={"Retry-After": "5"},
+            )  # fmt: skip
+
+    return answered
 
 
 class Reporter:
@@ -200,7 +224,9 @@ class Reporter:
         async def openapi(_: web.Request) -> web.Response:
             return web.json_response(openapi_document())
 
-        guarded = self._guarded
+        def guarded(handler: Handler) -> Handler:
+            return self._guarded(_database_down_is_503(handler))
+
         return [
             web.get("/v1/runs/{run_id}/report", guarded(report_json)),
             web.get("/v1/runs/{run_id}/report.html", guarded(report_html)),
