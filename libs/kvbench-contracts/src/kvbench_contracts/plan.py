@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kvbench_contracts.problem import Problem
+from kvbench_contracts.search import Search
 
 __all__ = [
     "ACCEPTANCE_PHASES",
@@ -69,6 +70,12 @@ class JobPoint(NamedTuple):
 
 
 AGENTIC_DEFAULT_LOAD_DURATION_S = 1200
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (``Sizing``, or ``SimCluster | None``'s), None for a plain value."""
+    candidates = [annotation, *getattr(annotation, "__args__", ())]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
 
 
 class StrictModel(BaseModel):
@@ -379,6 +386,30 @@ class Workload(StrictModel):
             return self.measurement.warmup_s
         return 0.0
 
+    def with_values(self, values: dict[str, Any]) -> Workload:
+        """This workload with each plan path (``sizing.host_memory_gb``) set to its value, validated again (a value a
+        field does not take raises pydantic's ValidationError; a path the workload does not have, KeyError). A load
+        path (``traffic.arrivals.rates`` or ``users``) takes one value: that load level alone."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for path, value in values.items():
+            *parents, leaf = path.split(".")
+            node = data
+            model: type[BaseModel] = type(self)
+            for part in parents:
+                field = model.model_fields.get(part)
+                annotation = _model_of(field.annotation) if field is not None else None
+                if annotation is None:
+                    raise KeyError(path)
+                model = annotation
+                node = node.setdefault(part, {})
+            if leaf not in model.model_fields:
+                raise KeyError(path)
+            # a load path takes one value: that load level alone (users are whole)
+            node[leaf] = (
+                [round(value)] if path == "traffic.arrivals.users" else [value] if path.endswith("rates") else value
+            )
+        return type(self).model_validate(data)
+
     def job_grid(self) -> list[JobPoint]:
         """The workload's jobs in run order: each load level, its repeats innermost; an acceptance test's phases at
         the first level (the repeat numbers the phase)."""
@@ -461,6 +492,11 @@ class Plan(StrictModel):
         None,
         max_length=63,
         description="The workload every other is compared with in the report (default: the first own_cache one)",
+    )
+    search: Search | None = Field(
+        None,
+        description="A question instead of a grid: the values of some fields, and the load, that meet an SLO, and "
+        "the best of them (kvbench sim search answers it on the simulator)",
     )
     when_busy: Literal["queue", "refuse"] = Field(
         "queue",

@@ -20,6 +20,7 @@ from kvbench_contracts.problem import Problem
 from kvbench_planner.cluster import ClusterFile, Machine, machines_from_sim
 from kvbench_planner.expand import expand_plan
 from kvbench_planner.rules import workload_issues
+from kvbench_planner.search_rules import search_issues
 from kvbench_stacks.catalog import CATALOG
 from kvbench_workloads.shapes.agentic import DATASET_FIX, DatasetNotFoundError, resolve_dataset
 
@@ -305,6 +306,7 @@ def review_plan(data: Any, resolve_group: GroupResolver | None = None) -> Review
                 field="baseline",
             )
         )
+    review.errors.extend(search_issues(plan))
     review.jobs = count_jobs(plan)
     if review.jobs > MAX_JOBS:
         review.errors.append(

@@ -88,6 +88,76 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sim_search(args: argparse.Namespace) -> int:
+    """A plan's question (search:) answered on the simulator: the best candidate meeting the SLO, every point."""
+    from kvbench_planner.entrypoints import review_text  # noqa: PLC0415
+    from kvbench_sim.entrypoints import search_plan  # noqa: PLC0415
+
+    review = review_text(Path(args.plan).read_bytes())
+    if not review.valid or review.plan is None:
+        if args.json:
+            sys.stdout.write(json.dumps(review.as_dict(), indent=2) + "\n")
+        else:
+            print_refusal(review.as_dict())
+        return 2
+    if review.plan.search is None:
+        err_console.print("[red]error:[/red] the plan asks no question: add search: (vary, slo, objective); "
+                          "see examples/search/host-memory.yaml")  # fmt: skip
+        return 2
+
+    def say(line: str) -> None:  # progress on stderr: stdout carries the answer (and the JSON alone with --json)
+        err_console.print(f"[dim]search:[/dim] {escape(line)}", highlight=False)
+
+    try:
+        answer = search_plan(review.plan, progress=say, workers=args.workers)
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
+    if args.html:
+        from kvbench_reporter.entrypoints import search_html  # noqa: PLC0415
+
+        Path(args.html).write_text(search_html(answer, review.plan.name))
+    if args.json:
+        sys.stdout.write(json.dumps(answer, indent=2, default=_finite) + "\n")
+        return 0 if answer["best"] is not None else 1
+    _print_answer(answer)
+    if args.html:
+        console.print(f"wrote {args.html}")
+    return 0 if answer["best"] is not None else 1
+
+
+def _finite(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _print_answer(answer: dict[str, Any]) -> None:
+    question = answer["question"]
+    paths = list(question["vary"])
+    figures = list(answer["evaluated"][0]["figures"]) if answer["evaluated"] else []
+    table = Table(title=f"kvbench sim search · {question['objective']} · {len(answer['evaluated'])} candidates · "
+                        f"{answer['wall_s']:.1f} s wall")  # fmt: skip
+    for column in [*paths, "meets SLO", *figures]:
+        table.add_column(column)
+    for e in answer["evaluated"]:
+        shown = ("–" if e["figures"].get(f) is None else f"{e['figures'][f]:,.4g}" for f in figures)
+        table.add_row(*(f"{e['values'][p]:g}" for p in paths), "yes" if e["met"] else "[red]no[/red]", *shown)
+    console.print(table)
+    best = answer["best"]
+    if best is None:
+        closest = answer["closest"] or {}
+        tried = ", ".join(f"{p} = {v:g}" for p, v in closest.get("values", {}).items())
+        why = "; ".join(m["why"] for m in closest.get("missed", []))
+        console.print(f"[red]No candidate meets the SLO.[/red] The closest, {tried}, missed: {escape(why)}")
+        return
+    console.print("[bold]answer:[/bold] " + ", ".join(f"{p} = {v:g}" for p, v in best["values"].items()))
+    if best.get("next_failed"):
+        tried = ", ".join(f"{p} = {v:g}" for p, v in best["next_failed"]["values"].items())
+        why = "; ".join(m["why"] for m in best["next_failed"]["missed"])
+        console.print(f"the next candidate, {tried}, missed: {escape(why)}")
+    if answer.get("precision"):
+        console.print(answer["precision"])
+
+
 PLAIN_EVERY_S = 10.0  # in a log or CI, or beside --json's output: a line this often, never minutes of silence
 
 
@@ -134,3 +204,10 @@ def register(sub: Any) -> None:
     sim_run.add_argument("plan")
     sim_run.add_argument("--json", action="store_true", help="print the report JSON")
     sim_run.set_defaults(func=cmd_sim_run)
+    sim_search = sim.add_parser("search", help="answer a plan's question (search:) on the simulator: the best "
+                                "values meeting an SLO")  # fmt: skip
+    sim_search.add_argument("plan")
+    sim_search.add_argument("--json", action="store_true", help="print the answer JSON (best, evaluated, pareto)")
+    sim_search.add_argument("--html", metavar="FILE", help="also write the answer as a page with its chart")
+    sim_search.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    sim_search.set_defaults(func=cmd_sim_search)

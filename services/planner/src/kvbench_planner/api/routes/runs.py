@@ -81,6 +81,16 @@ async def _submit(
             f"{len(active)} runs are pending or running; this planner takes at most {settings.max_active_runs}",
             "Wait for one to end or cancel one (kvbench cancel RUN_ID), or raise KVBENCH_PLANNER_MAX_ACTIVE_RUNS.",
         )
+    if review.plan.search is not None:
+        metrics.refused.inc()
+        raise refusal(
+            422,
+            "search",
+            "search_not_on_cluster",
+            "A plan that asks a question (search:) is answered by the simulator for now; the cluster runs plans "
+            "that list their load levels and sizings",
+            "Run kvbench sim search PLAN, then put its answer (best) into the plan and run that without search:.",
+        )
     if review.plan.when_busy == "refuse" and (busy := conductor.busy_for(review.plan)):
         metrics.refused.inc()
         raise refusal(
