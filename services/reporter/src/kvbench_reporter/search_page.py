@@ -21,7 +21,8 @@ def _axes(answer: dict[str, Any]) -> tuple[str, str]:
     load = next((path for path, values in vary.items() if isinstance(values, dict)), None)
     x = load or next(iter(vary))
     target = answer["question"]["objective"].split(" ", 1)[1]
-    y = target if target not in vary else "goodput_rps"
+    # a figure the objective maximizes; else (a field minimized) the SLO's first figure, with its target drawn
+    y = target if target not in vary else next(iter(answer["question"]["slo"]))
     return x, y
 
 
@@ -37,6 +38,9 @@ def _chart(answer: dict[str, Any]) -> Chart:
             text=[", ".join(f"{p} {e['values'][p]:g}" for p in others) + ("; " if others else "")
                   + ("met" if met else "; ".join(e["missed"])) for e in points],
         )  # fmt: skip
+    if y in answer["question"]["slo"]:
+        figure.add_hline(y=answer["question"]["slo"][y], line={"color": MISSED, "dash": "dash", "width": 1},
+                         annotation_text=f"SLO {y}", annotation_position="top left")  # fmt: skip
     front = sorted(answer["pareto"], key=lambda e: e["values"][x])
     if len(front) > 1:
         figure.add_scatter(name="Pareto front", mode="lines", line={"color": FRONT, "dash": "dot"},
@@ -82,6 +86,7 @@ def search_html(answer: dict[str, Any], plan_name: str) -> str:
         f"<title>kvbench sim search · {html.escape(plan_name)}</title>"
         "<style>body{font-family:system-ui,sans-serif;margin:2rem;max-width:70rem}"
         "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}"
+        "td:last-child{text-align:left}"
         ".answer{font-size:1.2rem}</style></head><body>"
         f"<h1>{html.escape(plan_name)}: {html.escape(question['objective'])}</h1>"
         f"<p>Workload {html.escape(answer['workload'])}; every measured job must meet {html.escape(slo)}. "
