@@ -43,7 +43,7 @@ PLAN = {
                     "input_tokens": 512,
                     "output_tokens": 256,
                     "think_time_s": 0.0,
-                },  # fmt: skip
+                },
                 "arrivals": {"mode": "request_rate", "rates": [1]},
                 "duration_s": 600,
             },
