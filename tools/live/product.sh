@@ -64,6 +64,15 @@ eager_variant() {
   fi
 }
 
+# PAIR=1: only the baseline and the LMCache workload (prefix-off and cpu-offload left out), for a session with little
+# device time; SKIP_ACCEPT=1: no acceptance test after the run
+pair_variant() {
+  if [ "${PAIR:-0}" = 1 ]; then
+    grep -v -e '- {name: prefix-off,' -e '- {name: cpu-offload,' "$PLAN" >/tmp/kvbench-live-pair.yaml
+    PLAN=/tmp/kvbench-live-pair.yaml
+  fi
+}
+
 start_product() {
   say "kvbench up (embedded NATS and PostgreSQL, every service, no simulated machine)"
   # a real engine takes 1-2.5 minutes to become healthy (torch.compile, CUDA graphs); LMCache's stack two processes
@@ -100,6 +109,7 @@ wait_run() {  # until the run ends or this call's budget is spent; exit 75 to be
 
 accept() {  # the acceptance test runs by itself, detached from this call (a device call ends at 600 s, the test goes
   # on): its progress on stderr and its steps as JSON into the state directory, copied into $OUT when it has ended
+  if [ "${SKIP_ACCEPT:-0}" = 1 ]; then return 0; fi
   if [ ! -f "$STATE/accept.started" ]; then
     say "kvbench accept --workload $ACCEPT_WORKLOAD"
     touch "$STATE/accept.started"
@@ -163,6 +173,7 @@ case "${1:?usage: product.sh rehearse|unpack|core|start|wait|down}" in
     id postgres >/dev/null 2>&1 || useradd --system --user-group postgres
     device_env
     eager_variant
+    pair_variant
     # every service imports with what was carried, before anything starts
     python3 -c "import kvbench_reporter.service, kvbench_planner.main, kvbench_loadgen.service, kvbench_switch_poller.service, kvbench_node_agent.agent, kvbench_sim.cli; print('kvbench imports')" 
     kv down >/dev/null 2>&1 || true
@@ -175,6 +186,7 @@ case "${1:?usage: product.sh rehearse|unpack|core|start|wait|down}" in
   wait)  # later calls: the run goes on, then the acceptance test, then everything collected
     device_env
     eager_variant
+    pair_variant
     wait_run "$(cat "$STATE/run_id")"
     accept
     collect
