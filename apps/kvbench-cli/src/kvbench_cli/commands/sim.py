@@ -21,15 +21,15 @@ from kvbench_cli.console import (
 )
 
 if TYPE_CHECKING:
+    from kvbench_contracts.plan import Plan
     from kvbench_sim.entrypoints import SimProgress
 
 __all__ = ["register"]
 
 
-def cmd_sim_run(args: argparse.Namespace) -> int:
-    """Batch (what-if) mode: the whole plan on the simulated cluster in virtual time, no services."""
+def _reviewed(args: argparse.Namespace) -> Plan | None:
+    """The plan, reviewed as the planner reviews it; None once its refusals are printed (JSON with --json)."""
     from kvbench_planner.entrypoints import review_text  # noqa: PLC0415
-    from kvbench_sim.entrypoints import run_plan  # noqa: PLC0415
 
     review = review_text(Path(args.plan).read_bytes())
     if not review.valid or review.plan is None:
@@ -37,11 +37,21 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps(review.as_dict(), indent=2) + "\n")
         else:
             print_refusal(review.as_dict())
+        return None
+    return review.plan
+
+
+def cmd_sim_run(args: argparse.Namespace) -> int:
+    """Batch (what-if) mode: the whole plan on the simulated cluster in virtual time, no services."""
+    from kvbench_sim.entrypoints import run_plan  # noqa: PLC0415
+
+    plan = _reviewed(args)
+    if plan is None:
         return 2
     started = time.monotonic()
     try:
         if args.json or not err_console.is_terminal:
-            report = run_plan(review.plan, progress=_plain_progress, progress_every_s=PLAIN_EVERY_S)
+            report = run_plan(plan, progress=_plain_progress, progress_every_s=PLAIN_EVERY_S)
         else:
             with Progress(
                 TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
@@ -52,7 +62,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
                 def show(where: SimProgress) -> None:
                     bar.update(task, completed=where.done, description=escape(where.short()))
 
-                report = run_plan(review.plan, progress=show, progress_every_s=0.5)
+                report = run_plan(plan, progress=show, progress_every_s=0.5)
     except ValueError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
@@ -90,17 +100,12 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
 
 def cmd_sim_search(args: argparse.Namespace) -> int:
     """A plan's question (search:) answered on the simulator: the best candidate meeting the SLO, every point."""
-    from kvbench_planner.entrypoints import review_text  # noqa: PLC0415
     from kvbench_sim.entrypoints import search_plan  # noqa: PLC0415
 
-    review = review_text(Path(args.plan).read_bytes())
-    if not review.valid or review.plan is None:
-        if args.json:
-            sys.stdout.write(json.dumps(review.as_dict(), indent=2) + "\n")
-        else:
-            print_refusal(review.as_dict())
+    plan = _reviewed(args)
+    if plan is None:
         return 2
-    if review.plan.search is None:
+    if plan.search is None:
         err_console.print("[red]error:[/red] the plan asks no question: add search: (vary, slo, objective); "
                           "see examples/search/host-memory.yaml")  # fmt: skip
         return 2
@@ -109,14 +114,14 @@ def cmd_sim_search(args: argparse.Namespace) -> int:
         err_console.print(f"[dim]search:[/dim] {escape(line)}", highlight=False)
 
     try:
-        answer = search_plan(review.plan, progress=say, workers=args.workers)
+        answer = search_plan(plan, progress=say, workers=args.workers)
     except ValueError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     if args.html:
         from kvbench_reporter.entrypoints import search_html  # noqa: PLC0415
 
-        Path(args.html).write_text(search_html(answer, review.plan.name))
+        Path(args.html).write_text(search_html(answer, plan.name))
     if args.json:
         sys.stdout.write(json.dumps(answer, indent=2, default=_finite) + "\n")
         return 0 if answer["best"] is not None else 1
