@@ -60,7 +60,7 @@ def test_the_smallest_value_meeting_the_slo_is_the_one_exhaustive_runs_find() ->
 
 
 def _rate_plan(precision: float) -> dict[str, Any]:
-    document = yaml.safe_load(HOST_MEMORY.read_text())
+    document: dict[str, Any] = yaml.safe_load(HOST_MEMORY.read_text())
     synthetic = {"prefix_tokens": 2048, "groups": 8, "users_per_group": 4, "turns": 4, "input_tokens": 128,
                  "output_tokens": 64}  # fmt: skip
     arrivals = {"mode": "request_rate", "rates": [1]}
