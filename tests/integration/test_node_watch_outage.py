@@ -33,7 +33,9 @@ async def test_a_frozen_bus_is_waited_out_and_a_missing_heartbeat_still_fails(
             kv = await bus.kv("kvbench_nodes")
             await kv.put("gpu-a", b"{}")
             stop = asyncio.Event()
-            watcher = asyncio.create_task(Conductor._watch_nodes(SimpleNamespace(bus=bus), ["gpu-a"], stop, {}))  # type: ignore[arg-type]
+            watcher = asyncio.create_task(
+                Conductor._watch_nodes(SimpleNamespace(bus=bus, _ready_at={}), ["gpu-a"], stop, {})
+            )  # type: ignore[arg-type]
             await asyncio.sleep(1.5)
             os.kill(server.pid, signal.SIGSTOP)  # the server stops answering: every KV read times out
             await asyncio.sleep(8)
@@ -68,7 +70,7 @@ async def test_an_agent_that_restarted_and_lost_its_stack_fails_the_run_within_a
 
             await beat([])  # written before the stack came up: not a restart
             stop = asyncio.Event()
-            watch = Conductor._watch_nodes(SimpleNamespace(bus=bus), ["gpu-a"], stop, {"gpu-a": "D1"})  # type: ignore[arg-type]
+            watch = Conductor._watch_nodes(SimpleNamespace(bus=bus, _ready_at={}), ["gpu-a"], stop, {"gpu-a": "D1"})  # type: ignore[arg-type]
             watcher = asyncio.create_task(watch)
             await asyncio.sleep(1.5)
             await beat(["D1"])  # the stack is up and the agent says so
