@@ -33,9 +33,8 @@ async def test_a_frozen_bus_is_waited_out_and_a_missing_heartbeat_still_fails(
             kv = await bus.kv("kvbench_nodes")
             await kv.put("gpu-a", b"{}")
             stop = asyncio.Event()
-            watcher = asyncio.create_task(
-                Conductor._watch_nodes(SimpleNamespace(bus=bus, _ready_at={}), ["gpu-a"], stop, {})
-            )  # type: ignore[arg-type]
+            conductor = SimpleNamespace(bus=bus, _ready_at={})  # what _watch_nodes reads of its conductor
+            watcher = asyncio.create_task(Conductor._watch_nodes(conductor, ["gpu-a"], stop, {}))  # type: ignore[arg-type]
             await asyncio.sleep(1.5)
             os.kill(server.pid, signal.SIGSTOP)  # the server stops answering: every KV read times out
             await asyncio.sleep(8)
