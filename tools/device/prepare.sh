@@ -13,6 +13,7 @@ for name in pydantic pydantic-core annotated-types typing-inspection orjson pyth
     { echo "prepare.sh: $name is not in uv.lock" >&2; exit 1; }
   pins+=("$name==$version")
 done
+rm -rf .device/wheels  # anew: a second download may pick another platform build of a wheel, and pip refuses two
 mkdir -p .device/wheels
 .venv/bin/python -m pip --version >/dev/null 2>&1 || .uv-bootstrap/bin/uv pip install --python .venv/bin/python pip
 .venv/bin/python -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
