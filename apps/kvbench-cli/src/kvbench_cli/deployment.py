@@ -33,7 +33,16 @@ from kvbench_core.procs import free_port, pid_alive, spawn, stop_pid, wait_port
 from kvbench_core.sealing import SecretsKey
 from kvbench_core.settings import read_secret_file
 
-__all__ = ["DeploymentState", "LocalDeployment", "StartupError", "state_lock"]
+__all__ = [
+    "DeploymentState",
+    "LocalDeployment",
+    "StartupError",
+    "launch_nats",
+    "launch_service",
+    "postmaster_pid",
+    "start_postgres",
+    "state_lock",
+]
 
 
 class StartupError(RuntimeError):
@@ -426,13 +435,7 @@ class LocalDeployment:
             state = self._await_new_pid(lambda s: next(x.pid for x in s.services if x.name == name), old, name)
             self._wait_ready(state)
             return next(x for x in state.services if x.name == name)
-        proc = spawn(
-            [sys.executable, "-m", service.module],
-            Path(service.log),
-            {**self.env_for(state), **service.extra_env},
-            tie_to_parent=tie_to_parent,
-        )
-        service.pid = proc.pid
+        service.pid = launch_service(state, service, tie_to_parent).pid
         state.save(self.state_path)
         self._wait_ready(state)
         return service
@@ -497,10 +500,7 @@ class LocalDeployment:
             host, _, port = record["url"].split("//", 1)[1].rpartition(":")
             wait_port(int(port), host=host)
             return
-        data = Path(record["data_dir"])
-        with open(data / "nats.log", "ab") as log:
-            proc = subprocess.Popen([find_nats_server(), "-c", str(data / "nats.conf")], stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = launch_nats(record)
         record["pid"] = proc.pid
         if index == 0 and state.nats_pid:
             state.nats_pid = proc.pid
@@ -516,29 +516,29 @@ class LocalDeployment:
             raise StartupError("this deployment uses a PostgreSQL of its own (--database-url)")
         if hold:
             self.hold("postgresql")
-        pid = int((Path(state.pg_dir) / "data" / "postmaster.pid").read_text().split()[0])
+        pid = postmaster_pid(state.pg_dir)
+        if pid is None:
+            raise StartupError(f"PostgreSQL is not running (no postmaster.pid under {state.pg_dir})")
         os.kill(pid, signal.SIGKILL)
         return pid
 
     def restart_postgres(self) -> None:
         """Start the embedded PostgreSQL again on its port (it recovers from its write-ahead log)."""
         state = self._state()
-        port = int(state.database_url.rsplit(":", 1)[1].split("/")[0])
+        pg_dir = str(state.pg_dir)
         if self.supervised():
-            postmaster = Path(str(state.pg_dir)) / "data" / "postmaster.pid"
-            old = _read_pid(postmaster)
+            old = postmaster_pid(pg_dir)
             self.hold("postgresql", held=False)
-            self._await_new_pid(lambda _: _read_pid(postmaster), old, "PostgreSQL")
-            wait_port(port)
+            self._await_new_pid(lambda _: postmaster_pid(pg_dir), old, "PostgreSQL")
+            wait_port(database_port(state))
             return
         deadline = time.monotonic() + 30
-        while (Path(str(state.pg_dir)) / "data" / "postmaster.pid").exists() and time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError):  # a killed postmaster's children leave with it
-                pid = int((Path(str(state.pg_dir)) / "data" / "postmaster.pid").read_text().split()[0])
-                if not pid_alive(pid):
-                    break
+        while (Path(pg_dir) / "data" / "postmaster.pid").exists() and time.monotonic() < deadline:
+            pid = postmaster_pid(pg_dir)  # a killed postmaster's children leave with it
+            if pid is not None and not pid_alive(pid):
+                break
             time.sleep(0.2)
-        EmbeddedPostgres(Path(str(state.pg_dir)), port=port).start()
+        start_postgres(state)
 
     def _state(self) -> DeploymentState:
         state = self.load()
@@ -591,10 +591,34 @@ class LocalDeployment:
         shutil.rmtree(self.state_dir / "nats", ignore_errors=True)
 
 
-def _read_pid(pid_file: Path) -> int | None:
+def postmaster_pid(pg_dir: str | Path) -> int | None:
+    """The embedded PostgreSQL's server pid, from its postmaster.pid (None: no such file, or not readable)."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        return int(pid_file.read_text().split()[0])
+        return int((Path(pg_dir) / "data" / "postmaster.pid").read_text().split()[0])
     return None
+
+
+def database_port(state: DeploymentState) -> int:
+    return int(state.database_url.rsplit(":", 1)[1].split("/")[0])
+
+
+def start_postgres(state: DeploymentState) -> None:
+    """The embedded PostgreSQL started again on its port (it recovers from its write-ahead log)."""
+    EmbeddedPostgres(Path(str(state.pg_dir)), port=database_port(state)).start()
+
+
+def launch_service(state: DeploymentState, record: ServiceRecord, tie_to_parent: bool) -> subprocess.Popen[bytes]:
+    """A service `up` recorded, started again with its settings (its module, log and environment)."""
+    env = {**LocalDeployment.env_for(state), **record.extra_env}
+    return spawn([sys.executable, "-m", record.module], Path(record.log), env, tie_to_parent=tie_to_parent)
+
+
+def launch_nats(record: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """A NATS server `up` recorded, started again as it was (its configuration, port, users and store on disk)."""
+    data = Path(record["data_dir"])
+    with open(data / "nats.log", "ab") as nats_log:
+        return subprocess.Popen([find_nats_server(), "-c", str(data / "nats.conf")], stdout=nats_log,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
 
 def _server_record(server: EmbeddedNats) -> dict[str, Any]:

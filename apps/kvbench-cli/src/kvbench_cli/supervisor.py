@@ -28,10 +28,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from kvbench_cli.deployment import HOLD_DIR, DeploymentState, LocalDeployment, state_lock
-from kvbench_core.embedded import EmbeddedPostgres, find_nats_server
+from kvbench_cli.deployment import (
+    HOLD_DIR,
+    DeploymentState,
+    LocalDeployment,
+    launch_nats,
+    launch_service,
+    postmaster_pid,
+    start_postgres,
+    state_lock,
+)
 from kvbench_core.logging import configure_logging
-from kvbench_core.procs import pid_alive, spawn
+from kvbench_core.procs import pid_alive
 
 __all__ = ["HOLD_DIR", "STATUS_FILE", "ProgramStatus", "Supervisor", "backoff_s", "read_status"]
 
@@ -136,9 +144,11 @@ class Supervisor:
     def _programs(self, state: DeploymentState) -> list[tuple[str, Kind, int | None]]:
         programs: list[tuple[str, Kind, int | None]] = []
         for index, record in enumerate(state.nats_servers):
-            programs.append((_nats_name(state, index), "nats", int(record["pid"]) if record.get("pid") else None))
+            programs.append(
+                (LocalDeployment.nats_name(state, index), "nats", int(record["pid"]) if record.get("pid") else None)
+            )
         if state.pg_dir:
-            programs.append(("postgresql", "postgresql", _postmaster_pid(Path(state.pg_dir))))
+            programs.append(("postgresql", "postgresql", postmaster_pid(state.pg_dir)))
         # the simulated switch keeps its SNMP community in its environment only: it is not started again
         programs += [(s.name, "service", s.pid) for s in state.services if s.module and s.name != "sim-switch"]
         return programs
@@ -174,12 +184,13 @@ class Supervisor:
         status = watch.status
         try:
             if status.kind == "nats":
-                watch.child = self._start_nats(state, status.name)
+                watch.child = launch_nats(state.nats_servers[_nats_index(state, status.name)])
             elif status.kind == "postgresql":
                 watch.child = None
-                self._start_postgres(state)
+                start_postgres(state)
             else:
-                watch.child = self._start_service(state, status.name)
+                record = next(s for s in state.services if s.name == status.name)
+                watch.child = launch_service(state, record, self.tie_to_parent)
         except Exception as exc:  # any failure to start is waited out and tried again
             status.last_error = str(exc)[:500]
             watch.failures += 1
@@ -188,7 +199,7 @@ class Supervisor:
             log.error("a program could not be started; trying again", extra={"program": status.name,
                       "error": status.last_error, "retry_in_s": wait})  # fmt: skip
             return
-        status.pid = watch.child.pid if watch.child is not None else _postmaster_pid(Path(str(state.pg_dir)))
+        status.pid = watch.child.pid if watch.child is not None else postmaster_pid(str(state.pg_dir))
         status.running, status.restarts, status.next_start_in_s, status.last_error = (
             True,
             status.restarts + 1,
@@ -199,23 +210,6 @@ class Supervisor:
         self._record_pid(status)
         log.warning("a program was started again",
                     extra={"program": status.name, "pid": status.pid, "restarts": status.restarts})  # fmt: skip
-
-    def _start_service(self, state: DeploymentState, name: str) -> subprocess.Popen[bytes]:
-        record = next(s for s in state.services if s.name == name)
-        env = {**LocalDeployment.env_for(state), **record.extra_env}
-        return spawn([sys.executable, "-m", record.module], Path(record.log), env, tie_to_parent=self.tie_to_parent)
-
-    def _start_nats(self, state: DeploymentState, name: str) -> subprocess.Popen[bytes]:
-        record = state.nats_servers[_nats_index(state, name)]
-        data = Path(record["data_dir"])
-        with open(data / "nats.log", "ab") as nats_log:
-            return subprocess.Popen([find_nats_server(), "-c", str(data / "nats.conf")], stdout=nats_log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-
-    @staticmethod
-    def _start_postgres(state: DeploymentState) -> None:
-        port = int(state.database_url.rsplit(":", 1)[1].split("/")[0])
-        EmbeddedPostgres(Path(str(state.pg_dir)), port=port).start()  # it recovers from its write-ahead log
 
     def _record_pid(self, status: ProgramStatus) -> None:
         """The new pid into `up`'s state file, so that `down` and `status` find the program that runs now."""
@@ -243,18 +237,8 @@ class Supervisor:
         tmp.replace(path)
 
 
-def _nats_name(state: DeploymentState, index: int) -> str:
-    return LocalDeployment.nats_name(state, index)
-
-
 def _nats_index(state: DeploymentState, name: str) -> int:
-    return next(i for i in range(len(state.nats_servers)) if _nats_name(state, i) == name)
-
-
-def _postmaster_pid(pg_dir: Path) -> int | None:
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        return int((pg_dir / "data" / "postmaster.pid").read_text().split()[0])
-    return None
+    return next(i for i in range(len(state.nats_servers)) if LocalDeployment.nats_name(state, i) == name)
 
 
 def main(argv: list[str] | None = None) -> int:

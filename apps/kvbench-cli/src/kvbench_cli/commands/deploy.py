@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import socket
@@ -19,7 +18,7 @@ from kvbench_cli.bususers import BusUsers, agent_user
 from kvbench_cli.console import (
     console,
 )
-from kvbench_cli.deployment import LocalDeployment, nats_server_view, reload_bus_users
+from kvbench_cli.deployment import LocalDeployment, nats_server_view, postmaster_pid, reload_bus_users
 from kvbench_cli.statedir import record_state_dir
 from kvbench_cli.supervisor import read_status
 from kvbench_core.procs import pid_alive
@@ -191,10 +190,7 @@ def _supervisor_view(state: Any) -> dict[str, Any]:
 def _postgres_view(database_url: str, pg_dir: str | None) -> dict[str, Any]:
     """PostgreSQL as `status` shows it: the embedded server's pid (its postmaster.pid) and whether it takes
     connections at the database URL's address (an external one: only the latter)."""
-    pid: int | None = None
-    if pg_dir:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            pid = int((Path(pg_dir) / "data" / "postmaster.pid").read_text().split()[0])
+    pid = postmaster_pid(pg_dir) if pg_dir else None
     parts = urlsplit(database_url)
     try:
         socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432), timeout=2).close()
