@@ -41,10 +41,15 @@ def test_every_program_killed_under_kvbench_up_comes_back_by_itself(tmp_path: Pa
         killed = {s.name: s.pid for s in state.services if s.name != "sim-switch"}
         killed["nats"] = int(state.nats_servers[0]["pid"])
         killed["postgresql"] = int((Path(str(state.pg_dir)) / "data" / "postmaster.pid").read_text().split()[0])
+        # the reporter held down until status has been asked (else, on a busy machine, the supervisor may have
+        # started everything again before `status` itself has started)
+        deployment.hold("reporter")
         for pid in killed.values():
             os.kill(pid, signal.SIGKILL)
-        code, _ = _status(deployment.state_dir)
+        code, during = _status(deployment.state_dir)
         assert code == 1  # something is down: unhealthy, said with a non-zero exit
+        assert not next(s for s in during["services"] if s["name"] == "reporter")["running"]
+        deployment.hold("reporter", held=False)
         deadline = time.monotonic() + 120
         while True:
             code, after = _status(deployment.state_dir)
